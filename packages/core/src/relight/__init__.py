@@ -1,0 +1,66 @@
+"""relight: reinforcement learning for the agents you already have.
+
+The core: the data model, the store, the gateway, runners, transitions and plugins. Frameworks,
+trainers and engines plug in through the ``relight`` entry-point group (see :mod:`relight.hookspecs`).
+"""
+
+from relight.context import AttemptRef, attempt_scope, current_attempt
+from relight.errors import (
+    ConfigError,
+    InvalidStateError,
+    LeaseLostError,
+    NotFoundError,
+    PluginError,
+    RelightError,
+    StoreError,
+)
+from relight.hookspecs import hookimpl
+from relight.models import (
+    Attempt,
+    AttemptStatus,
+    Mode,
+    Resources,
+    Rollout,
+    RolloutRequest,
+    RolloutStatus,
+    Span,
+    SpanKind,
+    StoreStats,
+    Transition,
+)
+from relight.plugins import open_store, plugin_manager
+from relight.store import Store
+from relight.tracing import emit_annotation, emit_reward
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Attempt",
+    "AttemptRef",
+    "AttemptStatus",
+    "ConfigError",
+    "InvalidStateError",
+    "LeaseLostError",
+    "Mode",
+    "NotFoundError",
+    "PluginError",
+    "RelightError",
+    "Resources",
+    "Rollout",
+    "RolloutRequest",
+    "RolloutStatus",
+    "Span",
+    "SpanKind",
+    "Store",
+    "StoreError",
+    "StoreStats",
+    "Transition",
+    "__version__",
+    "attempt_scope",
+    "current_attempt",
+    "emit_annotation",
+    "emit_reward",
+    "hookimpl",
+    "open_store",
+    "plugin_manager",
+]

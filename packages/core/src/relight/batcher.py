@@ -1,0 +1,103 @@
+"""Batched, non-blocking span delivery to a store.
+
+Any thread may :meth:`SpanBatcher.submit` a span; it only appends to a buffer. One task on the
+store's event loop writes whatever has gathered in a single ``add_spans`` call, so while a write is
+in flight the next batch builds up by itself: no timers, no per-span round trip, and the agent's
+thread never waits on the store. Failures are logged and counted, never raised into the caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Sequence
+
+from relight.models import Span
+from relight.store import Store
+
+__all__ = ["SpanBatcher"]
+
+logger = logging.getLogger(__name__)
+
+
+class SpanBatcher:
+    """Gathers spans from any thread and writes them to ``store`` from ``loop`` in batches."""
+
+    def __init__(self, store: Store, *, max_batch: int = 1024, loop: asyncio.AbstractEventLoop | None = None):
+        self.store = store
+        self.max_batch = max_batch
+        self._loop = loop or asyncio.get_running_loop()
+        self._lock = threading.Lock()
+        self._buffer: list[Span] = []
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._closed = False
+        self.written = 0
+        self.failed = 0
+        self._task = self._loop.create_task(self._run(), name="relight-span-batcher")
+
+    def submit(self, span: Span) -> None:
+        """Queue a span for writing; returns at once, from any thread."""
+        self.submit_many((span,))
+
+    def submit_many(self, spans: Sequence[Span]) -> None:
+        if self._closed:
+            logger.warning("relight: %d span(s) submitted after the batcher closed were dropped", len(spans))
+            self.failed += len(spans)
+            return
+        with self._lock:
+            first = not self._buffer
+            self._buffer.extend(spans)
+        if first:
+            if _on_loop(self._loop):
+                self._mark_pending()
+            else:
+                self._loop.call_soon_threadsafe(self._mark_pending)
+
+    async def flush(self) -> None:
+        """Return once every span submitted before the call has been written (or failed)."""
+        with self._lock:
+            pending = bool(self._buffer)
+        if pending:
+            self._mark_pending()
+        await self._idle.wait()
+
+    async def aclose(self) -> None:
+        """Write what is buffered, then stop."""
+        await self.flush()
+        self._closed = True
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+    def _mark_pending(self) -> None:
+        self._idle.clear()
+        self._wake.set()
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while True:
+                with self._lock:
+                    batch, self._buffer = self._buffer[: self.max_batch], self._buffer[self.max_batch :]
+                if not batch:
+                    break
+                try:
+                    await self.store.add_spans(batch)
+                    self.written += len(batch)
+                except Exception:
+                    self.failed += len(batch)
+                    logger.exception("relight: could not write %d span(s) to the store", len(batch))
+            if not self._wake.is_set():
+                self._idle.set()
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False

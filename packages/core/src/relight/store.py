@@ -1,0 +1,127 @@
+"""The store protocol: the one interface every backend implements and every other part talks to.
+
+The queue of rollouts, the attempts that workers claim and keep alive, the spans they emit and the
+resources the trainer publishes all live behind it. Every method is async so that one event loop
+can drive runners, the gateway and the trainer together; every backend passes the conformance
+suite in :mod:`relight.testing`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol, runtime_checkable
+
+from pydantic import JsonValue
+
+from relight.models import (
+    Attempt,
+    AttemptStatus,
+    Mode,
+    Resources,
+    Rollout,
+    RolloutRequest,
+    RolloutStatus,
+    Span,
+    StoreStats,
+)
+
+__all__ = ["DEFAULT_LEASE_SECONDS", "Store"]
+
+DEFAULT_LEASE_SECONDS = 30.0
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Where rollouts, attempts, spans and resources live.
+
+    Raises :class:`relight.errors.NotFoundError` for unknown ids and
+    :class:`relight.errors.LeaseLostError` when a worker acts on an attempt that is no longer its own.
+    """
+
+    async def enqueue(self, requests: Sequence[RolloutRequest]) -> list[Rollout]:
+        """Queue rollouts in order. A request whose ``rollout_id`` already exists returns the stored one."""
+        ...
+
+    async def claim(
+        self,
+        worker_id: str,
+        *,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        timeout: float = 0.0,
+        mode: Mode | None = None,
+    ) -> tuple[Rollout, Attempt] | None:
+        """Start a new attempt on the oldest queued rollout, atomically.
+
+        Two callers never get the same attempt. Waits up to ``timeout`` seconds for work to arrive
+        (woken by events, not polling) and returns None if none did. Expired leases are reaped first,
+        so a dead worker's rollout is retried here.
+        """
+        ...
+
+    async def heartbeat(
+        self, rollout_id: str, attempt_id: str, *, lease_seconds: float = DEFAULT_LEASE_SECONDS
+    ) -> Attempt:
+        """Extend the attempt's lease; raises LeaseLostError if it is no longer running."""
+        ...
+
+    async def finish_attempt(
+        self,
+        rollout_id: str,
+        attempt_id: str,
+        status: AttemptStatus,
+        *,
+        error: str | None = None,
+    ) -> Rollout:
+        """End an attempt. Success ends the rollout; a failure or timeout requeues it while attempts remain.
+
+        Raises LeaseLostError if the attempt had already ended (for example its lease expired).
+        """
+        ...
+
+    async def cancel(self, rollout_ids: Sequence[str]) -> list[Rollout]:
+        """Cancel rollouts that have not finished; their running attempts are cancelled too."""
+        ...
+
+    async def wait(self, rollout_ids: Sequence[str], *, timeout: float | None = None) -> list[Rollout]:
+        """Return the rollouts once all have finished, or as they stand when ``timeout`` passes."""
+        ...
+
+    async def get_rollout(self, rollout_id: str) -> Rollout: ...
+
+    async def list_rollouts(
+        self,
+        *,
+        status: RolloutStatus | None = None,
+        mode: Mode | None = None,
+        group_id: str | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[Rollout]:
+        """Rollouts in the order they were enqueued."""
+        ...
+
+    async def list_attempts(self, rollout_id: str) -> list[Attempt]:
+        """A rollout's attempts, first to last."""
+        ...
+
+    async def add_spans(self, spans: Sequence[Span]) -> None:
+        """Store spans; each gets its ``sequence_id`` here. A span already stored is ignored."""
+        ...
+
+    async def query_spans(self, rollout_id: str, attempt_id: str | None = None) -> list[Span]:
+        """A rollout's spans (one attempt's when given) by ``sequence_id``."""
+        ...
+
+    async def publish_resources(self, items: Mapping[str, JsonValue]) -> Resources:
+        """Store a new resources version, one above the latest (the first is 0)."""
+        ...
+
+    async def get_resources(self, version: int | None = None) -> Resources:
+        """A resources version, the latest when ``version`` is None."""
+        ...
+
+    async def stats(self) -> StoreStats: ...
+
+    async def close(self) -> None:
+        """Flush pending writes and release connections; safe to call twice."""
+        ...

@@ -1,0 +1,313 @@
+"""An in-memory store: the reference backend, for tests and for runs that need nothing kept.
+
+All state sits in dicts guarded by one asyncio condition, so it belongs to the event loop that
+first uses it. Waiters sleep on the condition and wake on changes or at the next lease expiry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+
+from pydantic import JsonValue
+
+from relight.errors import NotFoundError, StoreError
+from relight.models import (
+    Attempt,
+    AttemptStatus,
+    Mode,
+    Resources,
+    Rollout,
+    RolloutRequest,
+    RolloutStatus,
+    Span,
+    StoreStats,
+)
+from relight.store import DEFAULT_LEASE_SECONDS
+from relight.stores import _rules
+
+__all__ = ["InMemoryStore"]
+
+
+class InMemoryStore:
+    """A :class:`relight.store.Store` that keeps everything in this process's memory."""
+
+    def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._rollouts: OrderedDict[str, Rollout] = OrderedDict()
+        self._queue: OrderedDict[str, None] = OrderedDict()
+        self._attempts: dict[str, list[Attempt]] = {}
+        self._running: dict[str, tuple[str, int]] = {}
+        """attempt id → (rollout id, index in its rollout's attempts), for the running ones."""
+        self._spans: dict[str, dict[str, Span]] = {}
+        self._span_count = 0
+        self._sequence = itertools.count()
+        self._resources: list[Resources] = []
+        self._changed = asyncio.Condition()
+        self._closed = False
+
+    # -- rollouts -----------------------------------------------------------------------------
+
+    async def enqueue(self, requests: Sequence[RolloutRequest]) -> list[Rollout]:
+        self._check_open()
+        now = self._clock()
+        result: list[Rollout] = []
+        async with self._changed:
+            for request in requests:
+                existing = self._rollouts.get(request.rollout_id or "")
+                if existing is not None:
+                    result.append(existing)
+                    continue
+                rollout = _rules.new_rollout(request, now)
+                self._rollouts[rollout.rollout_id] = rollout
+                self._attempts[rollout.rollout_id] = []
+                self._queue[rollout.rollout_id] = None
+                result.append(rollout)
+            self._changed.notify_all()
+        return result
+
+    async def claim(
+        self,
+        worker_id: str,
+        *,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        timeout: float = 0.0,
+        mode: Mode | None = None,
+    ) -> tuple[Rollout, Attempt] | None:
+        self._check_open()
+        _rules.check_lease_seconds(lease_seconds)
+        deadline = self._clock() + timeout
+        async with self._changed:
+            while True:
+                self._reap_expired()
+                rollout_id = next(
+                    (rid for rid in self._queue if mode is None or self._rollouts[rid].mode is mode), None
+                )
+                if rollout_id is not None:
+                    del self._queue[rollout_id]
+                    rollout, attempt = _rules.start_attempt(
+                        self._rollouts[rollout_id], worker_id, lease_seconds, self._clock()
+                    )
+                    self._rollouts[rollout_id] = rollout
+                    self._attempts[rollout_id].append(attempt)
+                    self._running[attempt.attempt_id] = (rollout_id, len(self._attempts[rollout_id]) - 1)
+                    self._changed.notify_all()
+                    return rollout, attempt
+                if not await self._sleep_until(deadline):
+                    return None
+
+    async def heartbeat(
+        self, rollout_id: str, attempt_id: str, *, lease_seconds: float = DEFAULT_LEASE_SECONDS
+    ) -> Attempt:
+        self._check_open()
+        _rules.check_lease_seconds(lease_seconds)
+        async with self._changed:
+            self._reap_expired()
+            index, attempt = self._find_attempt(rollout_id, attempt_id)
+            _rules.require_running(attempt)
+            attempt = attempt.model_copy(update={"lease_expires_at": self._clock() + lease_seconds})
+            self._attempts[rollout_id][index] = attempt
+            return attempt
+
+    async def finish_attempt(
+        self,
+        rollout_id: str,
+        attempt_id: str,
+        status: AttemptStatus,
+        *,
+        error: str | None = None,
+    ) -> Rollout:
+        self._check_open()
+        async with self._changed:
+            self._reap_expired()
+            index, attempt = self._find_attempt(rollout_id, attempt_id)
+            rollout, ended = _rules.end_attempt(
+                self._rollouts[rollout_id], attempt, status, error, self._clock()
+            )
+            self._store_outcome(rollout, index, ended)
+            return rollout
+
+    async def cancel(self, rollout_ids: Sequence[str]) -> list[Rollout]:
+        self._check_open()
+        async with self._changed:
+            result: list[Rollout] = []
+            for rollout_id in rollout_ids:
+                rollout = self._get(rollout_id)
+                if not rollout.is_finished:
+                    now = self._clock()
+                    for index, attempt in enumerate(self._attempts[rollout_id]):
+                        if not attempt.is_finished:
+                            self._attempts[rollout_id][index] = attempt.model_copy(
+                                update={"status": AttemptStatus.CANCELLED, "finished_at": now}
+                            )
+                            del self._running[attempt.attempt_id]
+                    rollout = rollout.model_copy(
+                        update={"status": RolloutStatus.CANCELLED, "finished_at": now}
+                    )
+                    self._rollouts[rollout_id] = rollout
+                    self._queue.pop(rollout_id, None)
+                result.append(rollout)
+            self._changed.notify_all()
+            return result
+
+    async def wait(self, rollout_ids: Sequence[str], *, timeout: float | None = None) -> list[Rollout]:
+        self._check_open()
+        deadline = None if timeout is None else self._clock() + timeout
+        async with self._changed:
+            for rollout_id in rollout_ids:
+                self._get(rollout_id)
+            while True:
+                self._reap_expired()
+                rollouts = [self._rollouts[rid] for rid in rollout_ids]
+                if all(r.is_finished for r in rollouts) or not await self._sleep_until(deadline):
+                    return [self._rollouts[rid] for rid in rollout_ids]
+
+    async def get_rollout(self, rollout_id: str) -> Rollout:
+        self._check_open()
+        return self._get(rollout_id)
+
+    async def list_rollouts(
+        self,
+        *,
+        status: RolloutStatus | None = None,
+        mode: Mode | None = None,
+        group_id: str | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[Rollout]:
+        self._check_open()
+        matching = [
+            r
+            for r in self._rollouts.values()
+            if (status is None or r.status is status)
+            and (mode is None or r.mode is mode)
+            and (group_id is None or r.group_id == group_id)
+        ]
+        end = None if limit is None else offset + limit
+        return matching[offset:end]
+
+    async def list_attempts(self, rollout_id: str) -> list[Attempt]:
+        self._check_open()
+        self._get(rollout_id)
+        return list(self._attempts[rollout_id])
+
+    # -- spans --------------------------------------------------------------------------------
+
+    async def add_spans(self, spans: Sequence[Span]) -> None:
+        self._check_open()
+        for span in spans:
+            self._get(span.rollout_id)
+        for span in spans:
+            by_id = self._spans.setdefault(span.attempt_id, {})
+            if span.span_id not in by_id:
+                by_id[span.span_id] = span.model_copy(update={"sequence_id": next(self._sequence)})
+                self._span_count += 1
+
+    async def query_spans(self, rollout_id: str, attempt_id: str | None = None) -> list[Span]:
+        self._check_open()
+        self._get(rollout_id)
+        attempt_ids = (
+            [attempt_id] if attempt_id is not None else [a.attempt_id for a in self._attempts[rollout_id]]
+        )
+        spans = [
+            span
+            for aid in attempt_ids
+            for span in self._spans.get(aid, {}).values()
+            if span.rollout_id == rollout_id
+        ]
+        return sorted(spans, key=lambda s: s.sequence_id or 0)
+
+    # -- resources ----------------------------------------------------------------------------
+
+    async def publish_resources(self, items: Mapping[str, JsonValue]) -> Resources:
+        self._check_open()
+        resources = Resources(version=len(self._resources), items=dict(items), created_at=self._clock())
+        self._resources.append(resources)
+        return resources
+
+    async def get_resources(self, version: int | None = None) -> Resources:
+        self._check_open()
+        if not self._resources:
+            raise NotFoundError("no resources have been published yet")
+        if version is None:
+            return self._resources[-1]
+        if not 0 <= version < len(self._resources):
+            raise NotFoundError(
+                f"resources version {version} does not exist; versions 0..{len(self._resources) - 1} do"
+            )
+        return self._resources[version]
+
+    async def stats(self) -> StoreStats:
+        self._check_open()
+        return StoreStats(
+            rollouts_by_status=dict(Counter(r.status.value for r in self._rollouts.values())),
+            attempts_by_status=dict(
+                Counter(a.status.value for attempts in self._attempts.values() for a in attempts)
+            ),
+            spans=self._span_count,
+            resources_versions=len(self._resources),
+        )
+
+    async def close(self) -> None:
+        self._closed = True
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError("the store is closed")
+
+    def _get(self, rollout_id: str) -> Rollout:
+        try:
+            return self._rollouts[rollout_id]
+        except KeyError:
+            raise NotFoundError(f"rollout {rollout_id!r} does not exist") from None
+
+    def _find_attempt(self, rollout_id: str, attempt_id: str) -> tuple[int, Attempt]:
+        self._get(rollout_id)
+        for index, attempt in enumerate(self._attempts[rollout_id]):
+            if attempt.attempt_id == attempt_id:
+                return index, attempt
+        raise NotFoundError(f"attempt {attempt_id!r} of rollout {rollout_id!r} does not exist")
+
+    def _store_outcome(self, rollout: Rollout, index: int, attempt: Attempt) -> None:
+        self._rollouts[rollout.rollout_id] = rollout
+        self._attempts[rollout.rollout_id][index] = attempt
+        self._running.pop(attempt.attempt_id, None)
+        if rollout.status is RolloutStatus.QUEUED:
+            self._queue[rollout.rollout_id] = None
+        self._changed.notify_all()
+
+    def _reap_expired(self) -> None:
+        now = self._clock()
+        for rollout_id, index in list(self._running.values()):
+            attempt = self._attempts[rollout_id][index]
+            if attempt.lease_expires_at <= now:
+                rollout, ended = _rules.end_attempt(
+                    self._rollouts[rollout_id],
+                    attempt,
+                    AttemptStatus.EXPIRED,
+                    _rules.expiry_error(attempt),
+                    now,
+                )
+                self._store_outcome(rollout, index, ended)
+
+    def _next_expiry(self) -> float | None:
+        return min(
+            (self._attempts[rid][index].lease_expires_at for rid, index in self._running.values()),
+            default=None,
+        )
+
+    async def _sleep_until(self, deadline: float | None) -> bool:
+        """Wait for a change, a lease to expire or the deadline; False once the deadline has passed."""
+        now = self._clock()
+        if deadline is not None and now >= deadline:
+            return False
+        wake_at = min((t for t in (deadline, self._next_expiry()) if t is not None), default=None)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._changed.wait(), None if wake_at is None else max(0.0, wake_at - now))
+        return True
