@@ -40,7 +40,9 @@ def test_transition_rejects_bad_values_naming_the_field(overrides: dict[str, obj
 
 def test_missing_ids_are_named() -> None:
     with pytest.raises(ValidationError, match="attempt_id"):
-        Span.model_validate({"rollout_id": "r", "span_id": "s", "trace_id": "t", "name": "n", "start_time": 1, "end_time": 2})
+        Span.model_validate(
+            {"rollout_id": "r", "span_id": "s", "trace_id": "t", "name": "n", "start_time": 1, "end_time": 2}
+        )
 
 
 def test_unknown_status_is_refused() -> None:

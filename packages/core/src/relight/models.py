@@ -81,9 +81,7 @@ class AttemptStatus(StrEnum):
     CANCELLED = "cancelled"
 
 
-TERMINAL_ROLLOUT_STATUSES = frozenset(
-    {RolloutStatus.SUCCEEDED, RolloutStatus.FAILED, RolloutStatus.CANCELLED}
-)
+TERMINAL_ROLLOUT_STATUSES = frozenset({RolloutStatus.SUCCEEDED, RolloutStatus.FAILED, RolloutStatus.CANCELLED})
 TERMINAL_ATTEMPT_STATUSES = frozenset(set(AttemptStatus) - {AttemptStatus.RUNNING})
 
 
@@ -237,9 +235,7 @@ class Transition(_Record):
             return value
         for index, logprob in enumerate(value):
             if math.isnan(logprob) or logprob > 1e-6:
-                raise ValueError(
-                    f"response_logprobs[{index}] must be a log-probability (<= 0), got {logprob!r}"
-                )
+                raise ValueError(f"response_logprobs[{index}] must be a log-probability (<= 0), got {logprob!r}")
         return value
 
     @model_validator(mode="after")

@@ -120,8 +120,6 @@ def open_store(url: str, **options: Any) -> Store:
     """
     scheme = url.split("://", 1)[0] if "://" in url else ""
     if not scheme:
-        raise NotFoundError(
-            f"store URL {url!r} has no scheme; use memory://, sqlite:///path or http://host:port"
-        )
+        raise NotFoundError(f"store URL {url!r} has no scheme; use memory://, sqlite:///path or http://host:port")
     store: Store = registry("stores").get(scheme)(url, **options)
     return store

@@ -28,9 +28,7 @@ def new_rollout(request: RolloutRequest, now: float) -> Rollout:
     )
 
 
-def start_attempt(
-    rollout: Rollout, worker_id: str, lease_seconds: float, now: float
-) -> tuple[Rollout, Attempt]:
+def start_attempt(rollout: Rollout, worker_id: str, lease_seconds: float, now: float) -> tuple[Rollout, Attempt]:
     number = rollout.attempt_count + 1
     attempt = Attempt(
         rollout_id=rollout.rollout_id,

@@ -125,9 +125,7 @@ class InMemoryStore:
         async with self._changed:
             self._reap_expired()
             index, attempt = self._find_attempt(rollout_id, attempt_id)
-            rollout, ended = _rules.end_attempt(
-                self._rollouts[rollout_id], attempt, status, error, self._clock()
-            )
+            rollout, ended = _rules.end_attempt(self._rollouts[rollout_id], attempt, status, error, self._clock())
             self._store_outcome(rollout, index, ended)
             return rollout
 
@@ -145,9 +143,7 @@ class InMemoryStore:
                                 update={"status": AttemptStatus.CANCELLED, "finished_at": now}
                             )
                             del self._running[attempt.attempt_id]
-                    rollout = rollout.model_copy(
-                        update={"status": RolloutStatus.CANCELLED, "finished_at": now}
-                    )
+                    rollout = rollout.model_copy(update={"status": RolloutStatus.CANCELLED, "finished_at": now})
                     self._rollouts[rollout_id] = rollout
                     self._queue.pop(rollout_id, None)
                 result.append(rollout)
@@ -210,14 +206,9 @@ class InMemoryStore:
     async def query_spans(self, rollout_id: str, attempt_id: str | None = None) -> list[Span]:
         self._check_open()
         self._get(rollout_id)
-        attempt_ids = (
-            [attempt_id] if attempt_id is not None else [a.attempt_id for a in self._attempts[rollout_id]]
-        )
+        attempt_ids = [attempt_id] if attempt_id is not None else [a.attempt_id for a in self._attempts[rollout_id]]
         spans = [
-            span
-            for aid in attempt_ids
-            for span in self._spans.get(aid, {}).values()
-            if span.rollout_id == rollout_id
+            span for aid in attempt_ids for span in self._spans.get(aid, {}).values() if span.rollout_id == rollout_id
         ]
         return sorted(spans, key=lambda s: s.sequence_id or 0)
 
@@ -245,9 +236,7 @@ class InMemoryStore:
         self._check_open()
         return StoreStats(
             rollouts_by_status=dict(Counter(r.status.value for r in self._rollouts.values())),
-            attempts_by_status=dict(
-                Counter(a.status.value for attempts in self._attempts.values() for a in attempts)
-            ),
+            attempts_by_status=dict(Counter(a.status.value for attempts in self._attempts.values() for a in attempts)),
             spans=self._span_count,
             resources_versions=len(self._resources),
         )

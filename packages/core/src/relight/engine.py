@@ -1,0 +1,69 @@
+"""The in-process engine protocol: a model the gateway can call directly, without HTTP.
+
+Trainers that hold the policy in the same process (``relight-torch``) implement :class:`Engine`;
+the gateway wraps it as an upstream beside OpenAI-compatible URLs. The engine does the
+templating, sampling and (optionally) tool-call parsing, and returns the exact token ids and
+logprobs it sampled, which is what makes transitions exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, runtime_checkable
+
+from pydantic import JsonValue
+
+__all__ = ["Engine", "Generation", "GenerationRequest", "SamplingParams"]
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    """How to sample; the OpenAI request's fields of the same names."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int | None = None
+    """None lets the engine choose (its context limit less the prompt)."""
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationRequest:
+    """One chat (``messages``) or completion (``prompt``) request; exactly one of the two is set."""
+
+    model: str
+    messages: Sequence[Mapping[str, JsonValue]] | None = None
+    prompt: str | None = None
+    tools: Sequence[Mapping[str, JsonValue]] | None = None
+    """OpenAI-style tool definitions, for chat templates that render them."""
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+
+
+@dataclass(frozen=True, slots=True)
+class Generation:
+    """What the engine produced, token for token."""
+
+    text: str
+    """The response's text, without any tool-call markup the engine parsed out."""
+    prompt_token_ids: list[int]
+    response_token_ids: list[int]
+    response_logprobs: list[float]
+    """Log-probability of each sampled token under the sampling distribution's model (temperature 1)."""
+    finish_reason: Literal["stop", "length", "tool_calls"]
+    model: str
+    policy_version: int | None = None
+    tool_calls: list[dict[str, JsonValue]] | None = None
+    """OpenAI-style ``tool_calls`` entries (``{"id", "type": "function", "function": {"name", "arguments"}}``)."""
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """A model served in-process. Must be safe to call from many concurrent rollouts."""
+
+    async def generate(self, request: GenerationRequest) -> Generation: ...
+
+    def models(self) -> list[str]:
+        """The model names this engine answers to (for ``/v1/models``)."""
+        ...
