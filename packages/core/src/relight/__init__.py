@@ -4,6 +4,7 @@ The core: the data model, the store, the gateway, runners, transitions and plugi
 trainers and engines plug in through the ``relight`` entry-point group (see :mod:`relight.hookspecs`).
 """
 
+from relight.algorithm import Algorithm, UpstreamTarget
 from relight.context import AttemptRef, attempt_scope, current_attempt
 from relight.errors import (
     ConfigError,
@@ -35,6 +36,7 @@ from relight.tracing import emit_annotation, emit_reward
 __version__ = "0.1.0"
 
 __all__ = [
+    "Algorithm",
     "Attempt",
     "AttemptRef",
     "AttemptStatus",
@@ -55,6 +57,7 @@ __all__ = [
     "StoreError",
     "StoreStats",
     "Transition",
+    "UpstreamTarget",
     "__version__",
     "attempt_scope",
     "current_attempt",

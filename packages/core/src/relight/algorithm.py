@@ -1,0 +1,74 @@
+"""The algorithm protocol: what a trainer implements so :meth:`relight.Trainer.fit` can drive it.
+
+An algorithm owns the policy. It tells the gateway where the policy is served (an in-process
+:class:`relight.engine.Engine`, or the base URLs of OpenAI-compatible servers such as vLLM, one per
+replica), turns a batch of :class:`relight.models.Transition` into new weights, and saves or
+restores itself. ``Trainer.fit`` does the rest::
+
+    publish resources (model, policy version, algorithm.resources())
+    loop:  enqueue rollouts → wait → build transitions →
+           gateway paused (new calls wait, in-flight calls finish) → await algorithm.update(transitions)
+
+Because the gateway is paused for the whole of :meth:`Algorithm.update`, an update may swap the
+served weights in place; the next call is served by the new policy, and every LLM span records the
+:attr:`Algorithm.policy_version` it was served under.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from pydantic import JsonValue
+
+from relight.engine import Engine
+from relight.models import Transition
+
+__all__ = ["Algorithm", "UpstreamTarget"]
+
+UpstreamTarget = Engine | str
+"""Where the policy is served: an in-process engine, or an OpenAI-compatible base URL (``http://host:8000/v1``)."""
+
+
+@runtime_checkable
+class Algorithm(Protocol):
+    """A trainable policy and the rule that improves it from transitions.
+
+    ``relight-torch`` and ``relight-verl`` implement it; plugins register factories for it under
+    ``relight_register_algorithms``.
+    """
+
+    @property
+    def model(self) -> str:
+        """The model name agents put in their requests; ``llm.model`` carries it to the agent."""
+        ...
+
+    @property
+    def policy_version(self) -> int:
+        """The version of the weights being served now: 0 before the first update, +1 after each."""
+        ...
+
+    def upstreams(self) -> Sequence[UpstreamTarget]:
+        """The replicas serving the policy. The gateway keeps each rollout on one of them (prefix cache)."""
+        ...
+
+    def resources(self) -> Mapping[str, JsonValue]:
+        """Extra resources to publish with each policy version (prompt templates, …); ``{}`` if none."""
+        ...
+
+    async def update(self, transitions: Sequence[Transition]) -> Mapping[str, float]:
+        """Learn from one batch, make the new weights the served ones, and return metrics to log.
+
+        Called with the gateway paused, so no call is in flight. Transitions of one task share a
+        ``group_id`` (GRPO groups). Must advance :attr:`policy_version` when the weights change.
+        """
+        ...
+
+    def save(self, directory: Path) -> None:
+        """Write a checkpoint (weights, optimizer, policy version) under ``directory``."""
+        ...
+
+    def load(self, directory: Path) -> None:
+        """Restore the state :meth:`save` wrote, so training resumes where it stopped."""
+        ...
