@@ -1,0 +1,572 @@
+"""A real OpenAI-compatible server whose replies come from a script: the upstream for tests and benchmarks.
+
+It speaks the vLLM dialect, so the gateway can be tested exactly as it runs in production: asked
+for ``return_token_ids`` it sends ``prompt_token_ids`` and ``choices[].token_ids``; asked for
+``logprobs`` (and ``top_logprobs``) it sends them; ``stream: true`` gets server-sent events.
+Token ids are known in advance: one id per character (its code point), so a test can compute what
+any reply must have been, and :attr:`ScriptedUpstream.served` keeps every reply as sent.
+
+A script is any callable from a :class:`ScriptRequest` to a :class:`Reply` (or a plain string)::
+
+    script = by_system_prompt({
+        "researcher": turns(Reply(tool_calls=[ToolCall("search", {"q": "otters"})]), "Otters hold hands."),
+        "writer": turns("Draft: otters hold hands while they sleep."),
+    })
+    async with ScriptedUpstream(script) as upstream:      # on this loop; ``with`` runs it on a thread
+        client = openai.AsyncOpenAI(base_url=upstream.base_url, api_key="unused")
+
+Replies are chosen from what is in the request (the agent's system prompt, how many assistant
+turns it holds), never from call order, so many rollouts can run at once against one server.
+A handoff in a multi-agent framework is just a tool call (``ToolCall("transfer_to_writer")``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, cast
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from relight._server import AsgiServer
+
+__all__ = [
+    "Reply",
+    "Script",
+    "ScriptError",
+    "ScriptRequest",
+    "ScriptedUpstream",
+    "Served",
+    "ToolCall",
+    "by_system_prompt",
+    "decode",
+    "echo",
+    "encode",
+    "logprob_of",
+    "render_prompt",
+    "turns",
+]
+
+Endpoint = Literal["chat", "completions"]
+
+
+def encode(text: str) -> list[int]:
+    """The scripted tokenizer: one token per character, its code point."""
+    return [ord(char) for char in text]
+
+
+def decode(token_ids: Sequence[int]) -> str:
+    return "".join(chr(token_id) for token_id in token_ids)
+
+
+def logprob_of(token_id: int, position: int) -> float:
+    """The log-probability the upstream reports for ``token_id`` at ``position`` of a response.
+
+    It depends on both, so a test notices tokens that were dropped, duplicated or reordered.
+    """
+    return -((token_id * 31 + position) % 97 + 1) / 100
+
+
+def render_prompt(messages: Sequence[Mapping[str, Any]]) -> str:
+    """The text whose :func:`encode` is a chat request's ``prompt_token_ids`` (a toy chat template)."""
+    parts = [f"<|{message.get('role', '')}|>{_text(message.get('content'))}" for message in messages]
+    for message in messages:
+        parts += [_render_tool_call(call) for call in message.get("tool_calls") or ()]
+    return "\n".join([*parts, "<|assistant|>"])
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A function call the scripted model makes; ``arguments`` may be a mapping or JSON text."""
+
+    name: str
+    arguments: Mapping[str, Any] | str = field(default_factory=dict[str, Any])
+    id: str | None = None
+    """Minted (``call_<n>``) when not given."""
+
+    @property
+    def arguments_json(self) -> str:
+        return self.arguments if isinstance(self.arguments, str) else json.dumps(self.arguments)
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """What the scripted model answers. Token ids and logprobs follow from the text unless given."""
+
+    text: str = ""
+    tool_calls: Sequence[ToolCall] = ()
+    token_ids: Sequence[int] | None = None
+    """The response's token ids; by default :func:`encode` of the text and each tool call's rendering."""
+    logprobs: Sequence[float] | None = None
+    """One per token id; by default :func:`logprob_of` each."""
+    finish_reason: str | None = None
+    """By default ``tool_calls`` when there are any, else ``stop``."""
+
+
+class ScriptError(Exception):
+    """Raise it from a script to make the upstream answer with an HTTP error (to test failures)."""
+
+    def __init__(self, status_code: int, message: str) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptRequest:
+    """A parsed request, with the views a script usually needs to pick its reply."""
+
+    endpoint: Endpoint
+    body: Mapping[str, Any]
+
+    @property
+    def model(self) -> str:
+        return str(self.body.get("model", ""))
+
+    @property
+    def messages(self) -> list[Mapping[str, Any]]:
+        return list(self.body.get("messages") or ())
+
+    @property
+    def prompt(self) -> str:
+        """The completion prompt, or the chat messages rendered as :func:`render_prompt` does."""
+        if self.endpoint == "chat":
+            return render_prompt(self.messages)
+        ids = _token_list(self.body.get("prompt"))
+        return decode(ids) if ids is not None else str(self.body.get("prompt", ""))
+
+    @property
+    def prompt_token_ids(self) -> list[int]:
+        """The prompt's token ids: as sent when a completion prompt is a list of ids, else :func:`encode`."""
+        ids = _token_list(self.body.get("prompt"))
+        return ids if ids is not None else encode(self.prompt)
+
+    @property
+    def system(self) -> str:
+        """The system (and developer) messages' text: where frameworks put an agent's instructions."""
+        return "\n".join(_text(m.get("content")) for m in self.messages if m.get("role") in ("system", "developer"))
+
+    @property
+    def last_user(self) -> str:
+        return next((_text(m.get("content")) for m in reversed(self.messages) if m.get("role") == "user"), "")
+
+    @property
+    def turn(self) -> int:
+        """How many assistant messages the conversation already holds: 0 for the first call."""
+        return sum(1 for m in self.messages if m.get("role") == "assistant")
+
+    @property
+    def tool_results(self) -> list[str]:
+        """The tool messages after the last assistant message: the answers to its tool calls."""
+        results: list[str] = []
+        for message in reversed(self.messages):
+            if message.get("role") == "assistant":
+                break
+            if message.get("role") == "tool":
+                results.insert(0, _text(message.get("content")))
+        return results
+
+    @property
+    def tool_names(self) -> list[str]:
+        """Names of the tools the request offers."""
+        return [str(tool.get("function", {}).get("name", "")) for tool in self.body.get("tools") or ()]
+
+
+Script = Callable[[ScriptRequest], Reply | str]
+"""Chooses the reply to a request."""
+
+
+def echo(request: ScriptRequest) -> Reply | str:
+    """Answer with the last user message (the completion prompt for ``/v1/completions``)."""
+    return request.last_user if request.endpoint == "chat" else request.prompt
+
+
+def turns(*replies: Reply | str) -> Script:
+    """Answer the n-th call of a conversation with the n-th reply (the last one once they run out).
+
+    The turn is read from the request (its assistant messages), so concurrent conversations each
+    get their own sequence.
+    """
+    if not replies:
+        raise ValueError("turns() needs at least one reply")
+
+    def script(request: ScriptRequest) -> Reply | str:
+        return replies[min(request.turn, len(replies) - 1)]
+
+    return script
+
+
+def by_system_prompt(scripts: Mapping[str, Script], default: Script | None = None) -> Script:
+    """Route each request to the script whose key occurs in its system prompt: one script per agent."""
+
+    def script(request: ScriptRequest) -> Reply | str:
+        system = request.system
+        for key, chosen in scripts.items():
+            if key in system:
+                return chosen(request)
+        if default is None:
+            raise ScriptError(400, f"no script matches the system prompt {system[:200]!r}; keys: {list(scripts)}")
+        return default(request)
+
+    return script
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """One reply exactly as the upstream sent it."""
+
+    response_id: str
+    endpoint: Endpoint
+    request: Mapping[str, Any]
+    prompt_token_ids: list[int]
+    token_ids: list[int]
+    logprobs: list[float]
+    text: str
+    tool_calls: list[dict[str, Any]]
+    finish_reason: str
+    stream: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _Piece:
+    """A run of response tokens sent together (one streamed chunk)."""
+
+    text: str
+    token_ids: list[int]
+    logprobs: list[float]
+    tool_call: dict[str, Any] | None = None
+
+
+class ScriptedUpstream(AsgiServer):
+    """An OpenAI-compatible HTTP server on loopback, replying as ``script`` says.
+
+    Args:
+        script: chooses each reply; :func:`echo` by default.
+        model: the model name it reports in ``/v1/models`` and responses.
+        return_token_ids: honour vLLM's ``return_token_ids``; False makes it behave like a hosted
+            API that ignores the field (the gateway must then retokenize).
+        chunk_chars: characters per streamed content chunk.
+    """
+
+    def __init__(
+        self,
+        script: Script = echo,
+        *,
+        model: str = "scripted",
+        return_token_ids: bool = True,
+        chunk_chars: int = 4,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        self.script = script
+        self.model = model
+        self.return_token_ids = return_token_ids
+        self.chunk_chars = chunk_chars
+        self.served: list[Served] = []
+        """Every reply sent, in order."""
+        self.requests: list[Mapping[str, Any]] = []
+        """Every request body received, in order (also those that failed)."""
+        self._lock = threading.Lock()
+        self._ids = itertools.count()
+        app = Starlette(
+            routes=[
+                Route("/v1/chat/completions", self._chat, methods=["POST"]),
+                Route("/v1/completions", self._completions, methods=["POST"]),
+                Route("/v1/models", self._models, methods=["GET"]),
+            ]
+        )
+        super().__init__(app, host=host, port=port)
+
+    @classmethod
+    def instant(cls, text: str = "ok", **options: Any) -> ScriptedUpstream:
+        """An upstream that answers every request at once with ``text``: for benchmarks."""
+        reply = Reply(text)
+        return cls(lambda _request: reply, **options)
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI base URL (``http://127.0.0.1:<port>/v1``)."""
+        return f"{self.url}/v1"
+
+    def served_by_id(self) -> dict[str, Served]:
+        with self._lock:
+            return {served.response_id: served for served in self.served}
+
+    # -- endpoints --------------------------------------------------------------------------------
+
+    async def _models(self, request: Request) -> Response:
+        return JSONResponse(
+            {"object": "list", "data": [{"id": self.model, "object": "model", "created": 0, "owned_by": "relight"}]}
+        )
+
+    async def _chat(self, request: Request) -> Response:
+        return await self._serve("chat", request)
+
+    async def _completions(self, request: Request) -> Response:
+        return await self._serve("completions", request)
+
+    async def _serve(self, endpoint: Endpoint, request: Request) -> Response:
+        try:
+            body = json.loads(await request.body())
+        except ValueError as error:
+            return _error(400, f"request body is not JSON: {error}")
+        if not isinstance(body, dict):
+            return _error(400, "request body must be a JSON object")
+        with self._lock:
+            self.requests.append(body)  # pyright: ignore[reportUnknownArgumentType]
+        if (body.get("n") or 1) != 1:  # pyright: ignore[reportUnknownMemberType]
+            return _error(400, "n must be 1: the scripted upstream makes one choice per request")
+        scripted = ScriptRequest(endpoint, body)  # pyright: ignore[reportUnknownArgumentType]
+        try:
+            reply = self.script(scripted)
+        except ScriptError as error:
+            return _error(error.status_code, error.message)
+        served, pieces = self._sample(scripted, Reply(reply) if isinstance(reply, str) else reply)
+        with self._lock:
+            self.served.append(served)
+        if served.stream:
+            render = self._chat_chunks if endpoint == "chat" else self._completion_chunks
+            return StreamingResponse(_sse(render(scripted, served, pieces)), media_type="text/event-stream")
+        render_body = self._chat_body if endpoint == "chat" else self._completion_body
+        return JSONResponse(render_body(scripted, served, pieces))
+
+    # -- sampling ---------------------------------------------------------------------------------
+
+    def _sample(self, request: ScriptRequest, reply: Reply) -> tuple[Served, list[_Piece]]:
+        number = next(self._ids)
+        prefix = "chatcmpl" if request.endpoint == "chat" else "cmpl"
+        tool_calls = [
+            {
+                "id": call.id or f"call_{number}_{index}",
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments_json},
+            }
+            for index, call in enumerate(reply.tool_calls)
+        ]
+        if reply.token_ids is None:
+            step = max(1, self.chunk_chars)
+            runs = [
+                (reply.text[i : i + step], encode(reply.text[i : i + step]), None)
+                for i in range(0, len(reply.text), step)
+            ]
+            runs += [("", encode(_render_tool_call(call)), call) for call in tool_calls]
+        else:
+            runs = [(reply.text, list(reply.token_ids), None), *(("", list[int](), call) for call in tool_calls)]
+        token_ids = [token_id for _, ids, _ in runs for token_id in ids]
+        if reply.logprobs is None:
+            logprobs = [logprob_of(token_id, position) for position, token_id in enumerate(token_ids)]
+        elif len(reply.logprobs) == len(token_ids):
+            logprobs = list(reply.logprobs)
+        else:
+            raise ValueError(f"Reply.logprobs has {len(reply.logprobs)} entries for {len(token_ids)} token ids")
+        pieces: list[_Piece] = []
+        position = 0
+        for text, ids, call in runs:
+            pieces.append(_Piece(text, ids, logprobs[position : position + len(ids)], call))
+            position += len(ids)
+        served = Served(
+            response_id=f"{prefix}-up{number}",
+            endpoint=request.endpoint,
+            request=request.body,
+            prompt_token_ids=request.prompt_token_ids,
+            token_ids=token_ids,
+            logprobs=logprobs,
+            text=reply.text,
+            tool_calls=tool_calls,
+            finish_reason=reply.finish_reason or ("tool_calls" if tool_calls else "stop"),
+            stream=bool(request.body.get("stream")),
+        )
+        return served, pieces
+
+    def _wants_ids(self, request: ScriptRequest) -> bool:
+        return self.return_token_ids and bool(request.body.get("return_token_ids"))
+
+    def _usage(self, served: Served) -> dict[str, int]:
+        prompt, completion = len(served.prompt_token_ids), len(served.token_ids)
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+    # -- /v1/chat/completions ---------------------------------------------------------------------
+
+    def _chat_logprobs(self, request: ScriptRequest, piece: _Piece) -> dict[str, Any] | None:
+        if not request.body.get("logprobs"):
+            return None
+        top = int(request.body.get("top_logprobs") or 0)
+        return {"content": [_token_logprob(t, lp, top) for t, lp in zip(piece.token_ids, piece.logprobs, strict=True)]}
+
+    def _chat_body(self, request: ScriptRequest, served: Served, pieces: list[_Piece]) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": served.text or None}
+        if served.tool_calls:
+            message["tool_calls"] = served.tool_calls
+        whole = _Piece(served.text, served.token_ids, served.logprobs)
+        choice: dict[str, Any] = {
+            "index": 0,
+            "message": message,
+            "logprobs": self._chat_logprobs(request, whole),
+            "finish_reason": served.finish_reason,
+        }
+        body: dict[str, Any] = {
+            "id": served.response_id,
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.model,
+            "choices": [choice],
+            "usage": self._usage(served),
+        }
+        if self._wants_ids(request):
+            choice["token_ids"] = served.token_ids
+            body["prompt_token_ids"] = served.prompt_token_ids
+        return body
+
+    def _chat_chunks(self, request: ScriptRequest, served: Served, pieces: list[_Piece]) -> list[dict[str, Any]]:
+        wants_ids = self._wants_ids(request)
+
+        def chunk(delta: dict[str, Any], piece: _Piece | None = None, finish: str | None = None) -> dict[str, Any]:
+            choice: dict[str, Any] = {
+                "index": 0,
+                "delta": delta,
+                "logprobs": self._chat_logprobs(request, piece) if piece is not None else None,
+                "finish_reason": finish,
+            }
+            if wants_ids:
+                choice["token_ids"] = piece.token_ids if piece is not None else []
+            return {
+                "id": served.response_id,
+                "object": "chat.completion.chunk",
+                "created": int(time.time()),
+                "model": self.model,
+                "choices": [choice],
+            }
+
+        first = chunk({"role": "assistant", "content": ""})
+        if wants_ids:
+            first["prompt_token_ids"] = served.prompt_token_ids
+        chunks = [first]
+        tool_index = 0
+        for piece in pieces:
+            if piece.tool_call is None:
+                chunks.append(chunk({"content": piece.text}, piece))
+            else:
+                chunks.append(chunk({"tool_calls": [{"index": tool_index, **piece.tool_call}]}, piece))
+                tool_index += 1
+        chunks.append(chunk({}, finish=served.finish_reason))
+        stream_options: Any = request.body.get("stream_options") or {}
+        if stream_options.get("include_usage"):
+            usage_chunk = chunk({})
+            usage_chunk["choices"] = []
+            usage_chunk["usage"] = self._usage(served)
+            chunks.append(usage_chunk)
+        return chunks
+
+    # -- /v1/completions --------------------------------------------------------------------------
+
+    def _completion_logprobs(self, request: ScriptRequest, piece: _Piece) -> dict[str, Any] | None:
+        if request.body.get("logprobs") is None:
+            return None
+        tokens = [_token_text(t) for t in piece.token_ids]
+        return {
+            "tokens": tokens,
+            "token_logprobs": piece.logprobs,
+            "top_logprobs": [{token: lp} for token, lp in zip(tokens, piece.logprobs, strict=True)],
+            "text_offset": list(range(len(tokens))),
+        }
+
+    def _completion_choice(self, request: ScriptRequest, piece: _Piece, finish: str | None) -> dict[str, Any]:
+        choice: dict[str, Any] = {
+            "index": 0,
+            "text": piece.text,
+            "logprobs": self._completion_logprobs(request, piece),
+            "finish_reason": finish,
+        }
+        if self._wants_ids(request):
+            choice["token_ids"] = piece.token_ids
+        return choice
+
+    def _completion_body(self, request: ScriptRequest, served: Served, pieces: list[_Piece]) -> dict[str, Any]:
+        whole = _Piece(served.text, served.token_ids, served.logprobs)
+        choice = self._completion_choice(request, whole, served.finish_reason)
+        if self._wants_ids(request):
+            choice["prompt_token_ids"] = served.prompt_token_ids
+        return {
+            "id": served.response_id,
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": self.model,
+            "choices": [choice],
+            "usage": self._usage(served),
+        }
+
+    def _completion_chunks(self, request: ScriptRequest, served: Served, pieces: list[_Piece]) -> list[dict[str, Any]]:
+        def chunk(choice: dict[str, Any]) -> dict[str, Any]:
+            return {
+                "id": served.response_id,
+                "object": "text_completion",
+                "created": int(time.time()),
+                "model": self.model,
+                "choices": [choice],
+            }
+
+        chunks = [chunk(self._completion_choice(request, piece, None)) for piece in pieces if piece.tool_call is None]
+        chunks.append(chunk(self._completion_choice(request, _Piece("", [], []), served.finish_reason)))
+        if self._wants_ids(request):
+            chunks[0]["choices"][0]["prompt_token_ids"] = served.prompt_token_ids
+        return chunks
+
+
+def _text(content: Any) -> str:
+    """The text of a message's content, which may be a string or a list of typed parts."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = cast(list[Any], content)
+        return "".join(str(cast(dict[str, Any], part).get("text", "")) for part in parts if isinstance(part, dict))
+    return str(content)
+
+
+def _token_list(value: object) -> list[int] | None:
+    """A prompt given as token ids (vLLM accepts them), or None for a text prompt."""
+    return [int(v) for v in cast(list[Any], value)] if isinstance(value, list) else None
+
+
+def _render_tool_call(call: Mapping[str, Any]) -> str:
+    return f"<tool_call>{call['function']['name']} {call['function']['arguments']}</tool_call>"
+
+
+def _token_text(token_id: int) -> str:
+    """The token's text under :func:`encode`, or vLLM's ``token_id:<n>`` for ids that are no character."""
+    try:
+        token = chr(token_id)
+        token.encode()
+    except (ValueError, UnicodeEncodeError):
+        return f"token_id:{token_id}"
+    return token
+
+
+def _token_logprob(token_id: int, logprob: float, top: int) -> dict[str, Any]:
+    token = _token_text(token_id)
+    entry: dict[str, Any] = {"token": token, "logprob": logprob, "bytes": list(token.encode())}
+    if top:
+        alternatives = [{"token": f"<alt{i}>", "logprob": logprob - i, "bytes": None} for i in range(1, top)]
+        entry["top_logprobs"] = [{"token": token, "logprob": logprob, "bytes": list(token.encode())}, *alternatives]
+    else:
+        entry["top_logprobs"] = []
+    return entry
+
+
+def _error(status_code: int, message: str) -> Response:
+    kind = "invalid_request_error" if status_code < 500 else "server_error"
+    return JSONResponse({"error": {"message": message, "type": kind, "code": status_code}}, status_code=status_code)
+
+
+async def _sse(chunks: list[dict[str, Any]]) -> AsyncIterator[bytes]:
+    for chunk in chunks:
+        yield f"data: {json.dumps(chunk)}\n\n".encode()
+    yield b"data: [DONE]\n\n"
