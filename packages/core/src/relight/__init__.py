@@ -16,6 +16,7 @@ from relight.errors import (
     StoreError,
 )
 from relight.hookspecs import hookimpl
+from relight.instrumentation import Instrumentor, instrument, uninstrument
 from relight.models import (
     Attempt,
     AttemptStatus,
@@ -41,6 +42,7 @@ __all__ = [
     "AttemptRef",
     "AttemptStatus",
     "ConfigError",
+    "Instrumentor",
     "InvalidStateError",
     "LeaseLostError",
     "Mode",
@@ -64,6 +66,8 @@ __all__ = [
     "emit_annotation",
     "emit_reward",
     "hookimpl",
+    "instrument",
     "open_store",
     "plugin_manager",
+    "uninstrument",
 ]
