@@ -59,11 +59,20 @@ def start_role_span(
     return tracing.tracer().start_span(f"chat {role}", attributes=attributes, start_time=start_time)
 
 
-def end_role_span(span: Span, *, response_id: str | None = None, error: BaseException | None = None) -> None:
-    """Close a role span with the response id the framework saw (it joins the gateway's span)."""
+def end_role_span(
+    span: Span,
+    *,
+    response_id: str | None = None,
+    error: BaseException | None = None,
+    end_time: int | None = None,
+) -> None:
+    """Close a role span with the response id the framework saw (it joins the gateway's span).
+
+    ``end_time`` (nanoseconds since the epoch) is for frameworks that report a call after it ended.
+    """
     if response_id:
         span.set_attribute(semconv.GEN_AI_RESPONSE_ID, response_id)
-    _end(span, error)
+    _end(span, error, end_time)
 
 
 def start_tool_span(
@@ -73,6 +82,7 @@ def start_tool_span(
     framework: str,
     call_id: str | None = None,
     run_id: str | None = None,
+    start_time: int | None = None,
 ) -> Span | None:
     """Open the span of one tool run requested by ``role``'s LLM call ``call_id``."""
     if current_attempt() is None:
@@ -87,19 +97,21 @@ def start_tool_span(
         attributes[semconv.GEN_AI_TOOL_CALL_ID] = call_id
     if run_id is not None:
         attributes[semconv.FRAMEWORK_RUN_ID] = run_id
-    return tracing.tracer().start_span(f"execute_tool {tool_name}", attributes=attributes)
+    return tracing.tracer().start_span(f"execute_tool {tool_name}", attributes=attributes, start_time=start_time)
 
 
-def end_tool_span(span: Span, *, success: bool, error: BaseException | None = None) -> None:
+def end_tool_span(
+    span: Span, *, success: bool, error: BaseException | None = None, end_time: int | None = None
+) -> None:
     """Close a tool span; ``success`` feeds automatic intermediate rewards."""
     span.set_attribute(semconv.TOOL_SUCCESS, success)
     if not success and error is None:
         span.set_status(Status(StatusCode.ERROR))
-    _end(span, error)
+    _end(span, error, end_time)
 
 
-def _end(span: Span, error: BaseException | None) -> None:
+def _end(span: Span, error: BaseException | None, end_time: int | None) -> None:
     if error is not None:
         span.set_attribute(semconv.ERROR_TYPE, type(error).__name__)
         span.set_status(Status(StatusCode.ERROR, str(error)))
-    span.end()
+    span.end(end_time)
