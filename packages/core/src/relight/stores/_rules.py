@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
-from relight.errors import ConfigError, LeaseLostError
+from relight.errors import ConfigError, LeaseLostError, NotFoundError, StoreError
 from relight.models import Attempt, AttemptStatus, Rollout, RolloutRequest, RolloutStatus, new_id
 
 
@@ -12,6 +13,31 @@ def check_lease_seconds(lease_seconds: float) -> float:
     if not math.isfinite(lease_seconds) or lease_seconds <= 0:
         raise ConfigError(f"lease_seconds must be a positive number, got {lease_seconds!r}")
     return lease_seconds
+
+
+def check_page(limit: int | None, offset: int) -> None:
+    if limit is not None and limit < 0:
+        raise ConfigError(f"limit must be None or >= 0, got {limit!r}")
+    if offset < 0:
+        raise ConfigError(f"offset must be >= 0, got {offset!r}")
+
+
+def rollout_not_found(rollout_id: str) -> NotFoundError:
+    return NotFoundError(f"rollout {rollout_id!r} does not exist")
+
+
+def attempt_not_found(rollout_id: str, attempt_id: str) -> NotFoundError:
+    return NotFoundError(f"attempt {attempt_id!r} of rollout {rollout_id!r} does not exist")
+
+
+def resources_not_found(version: int | None, count: int) -> NotFoundError:
+    if count == 0:
+        return NotFoundError("no resources have been published yet")
+    return NotFoundError(f"resources version {version} does not exist; versions 0..{count - 1} do")
+
+
+def closed() -> StoreError:
+    return StoreError("the store is closed")
 
 
 def new_rollout(request: RolloutRequest, now: float) -> Rollout:
@@ -76,3 +102,18 @@ def end_attempt(
 
 def expiry_error(attempt: Attempt) -> str:
     return f"lease expired at {attempt.lease_expires_at:.3f} without a heartbeat from worker {attempt.worker_id!r}"
+
+
+def cancel_rollout(rollout: Rollout, attempts: Sequence[Attempt], now: float) -> tuple[Rollout, list[Attempt]]:
+    """The rollout after cancelling it, and those of its attempts that were running, now cancelled.
+
+    A rollout that has already finished is returned unchanged.
+    """
+    if rollout.is_finished:
+        return rollout, []
+    cancelled = [
+        attempt.model_copy(update={"status": AttemptStatus.CANCELLED, "finished_at": now})
+        for attempt in attempts
+        if not attempt.is_finished
+    ]
+    return rollout.model_copy(update={"status": RolloutStatus.CANCELLED, "finished_at": now}), cancelled

@@ -1,13 +1,12 @@
 """An in-memory store: the reference backend, for tests and for runs that need nothing kept.
 
-All state sits in dicts guarded by one asyncio condition, so it belongs to the event loop that
-first uses it. Waiters sleep on the condition and wake on changes or at the next lease expiry.
+All state sits in dicts changed only between awaits, so no lock is needed; the store belongs to
+the event loop that first waits on it. Waiters sleep on :class:`~relight.stores._changes.Changes`
+and wake on a change or at the next lease expiry.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import itertools
 import time
 from collections import Counter, OrderedDict
@@ -15,7 +14,6 @@ from collections.abc import Callable, Mapping, Sequence
 
 from pydantic import JsonValue
 
-from relight.errors import NotFoundError, StoreError
 from relight.models import (
     Attempt,
     AttemptStatus,
@@ -29,6 +27,7 @@ from relight.models import (
 )
 from relight.store import DEFAULT_LEASE_SECONDS
 from relight.stores import _rules
+from relight.stores._changes import Changes, deadline_after
 
 __all__ = ["InMemoryStore"]
 
@@ -43,11 +42,12 @@ class InMemoryStore:
         self._attempts: dict[str, list[Attempt]] = {}
         self._running: dict[str, tuple[str, int]] = {}
         """attempt id → (rollout id, index in its rollout's attempts), for the running ones."""
-        self._spans: dict[str, dict[str, Span]] = {}
+        self._spans: dict[tuple[str, str], dict[str, Span]] = {}
+        """(rollout id, attempt id) → span id → span."""
         self._span_count = 0
         self._sequence = itertools.count()
         self._resources: list[Resources] = []
-        self._changed = asyncio.Condition()
+        self._changes = Changes(clock)
         self._closed = False
 
     # -- rollouts -----------------------------------------------------------------------------
@@ -56,18 +56,17 @@ class InMemoryStore:
         self._check_open()
         now = self._clock()
         result: list[Rollout] = []
-        async with self._changed:
-            for request in requests:
-                existing = self._rollouts.get(request.rollout_id or "")
-                if existing is not None:
-                    result.append(existing)
-                    continue
-                rollout = _rules.new_rollout(request, now)
-                self._rollouts[rollout.rollout_id] = rollout
-                self._attempts[rollout.rollout_id] = []
-                self._queue[rollout.rollout_id] = None
-                result.append(rollout)
-            self._changed.notify_all()
+        for request in requests:
+            existing = self._rollouts.get(request.rollout_id or "")
+            if existing is not None:
+                result.append(existing)
+                continue
+            rollout = _rules.new_rollout(request, now)
+            self._rollouts[rollout.rollout_id] = rollout
+            self._attempts[rollout.rollout_id] = []
+            self._queue[rollout.rollout_id] = None
+            result.append(rollout)
+        self._changes.notify()
         return result
 
     async def claim(
@@ -80,38 +79,35 @@ class InMemoryStore:
     ) -> tuple[Rollout, Attempt] | None:
         self._check_open()
         _rules.check_lease_seconds(lease_seconds)
-        deadline = self._clock() + timeout
-        async with self._changed:
-            while True:
-                self._reap_expired()
-                rollout_id = next(
-                    (rid for rid in self._queue if mode is None or self._rollouts[rid].mode is mode), None
+        deadline = deadline_after(timeout)
+        while True:
+            seen = self._changes.version
+            self._reap_expired()
+            rollout_id = next((rid for rid in self._queue if mode is None or self._rollouts[rid].mode is mode), None)
+            if rollout_id is not None:
+                del self._queue[rollout_id]
+                rollout, attempt = _rules.start_attempt(
+                    self._rollouts[rollout_id], worker_id, lease_seconds, self._clock()
                 )
-                if rollout_id is not None:
-                    del self._queue[rollout_id]
-                    rollout, attempt = _rules.start_attempt(
-                        self._rollouts[rollout_id], worker_id, lease_seconds, self._clock()
-                    )
-                    self._rollouts[rollout_id] = rollout
-                    self._attempts[rollout_id].append(attempt)
-                    self._running[attempt.attempt_id] = (rollout_id, len(self._attempts[rollout_id]) - 1)
-                    self._changed.notify_all()
-                    return rollout, attempt
-                if not await self._sleep_until(deadline):
-                    return None
+                self._rollouts[rollout_id] = rollout
+                self._attempts[rollout_id].append(attempt)
+                self._running[attempt.attempt_id] = (rollout_id, len(self._attempts[rollout_id]) - 1)
+                self._changes.notify()
+                return rollout, attempt
+            if not await self._changes.wait(seen, deadline=deadline, next_expiry=self._next_expiry()):
+                return None
 
     async def heartbeat(
         self, rollout_id: str, attempt_id: str, *, lease_seconds: float = DEFAULT_LEASE_SECONDS
     ) -> Attempt:
         self._check_open()
         _rules.check_lease_seconds(lease_seconds)
-        async with self._changed:
-            self._reap_expired()
-            index, attempt = self._find_attempt(rollout_id, attempt_id)
-            _rules.require_running(attempt)
-            attempt = attempt.model_copy(update={"lease_expires_at": self._clock() + lease_seconds})
-            self._attempts[rollout_id][index] = attempt
-            return attempt
+        self._reap_expired()
+        index, attempt = self._find_attempt(rollout_id, attempt_id)
+        _rules.require_running(attempt)
+        attempt = attempt.model_copy(update={"lease_expires_at": self._clock() + lease_seconds})
+        self._attempts[rollout_id][index] = attempt
+        return attempt
 
     async def finish_attempt(
         self,
@@ -122,45 +118,40 @@ class InMemoryStore:
         error: str | None = None,
     ) -> Rollout:
         self._check_open()
-        async with self._changed:
-            self._reap_expired()
-            index, attempt = self._find_attempt(rollout_id, attempt_id)
-            rollout, ended = _rules.end_attempt(self._rollouts[rollout_id], attempt, status, error, self._clock())
-            self._store_outcome(rollout, index, ended)
-            return rollout
+        self._reap_expired()
+        index, attempt = self._find_attempt(rollout_id, attempt_id)
+        rollout, ended = _rules.end_attempt(self._rollouts[rollout_id], attempt, status, error, self._clock())
+        self._store_outcome(rollout, index, ended)
+        return rollout
 
     async def cancel(self, rollout_ids: Sequence[str]) -> list[Rollout]:
         self._check_open()
-        async with self._changed:
-            result: list[Rollout] = []
-            for rollout_id in rollout_ids:
-                rollout = self._get(rollout_id)
-                if not rollout.is_finished:
-                    now = self._clock()
-                    for index, attempt in enumerate(self._attempts[rollout_id]):
-                        if not attempt.is_finished:
-                            self._attempts[rollout_id][index] = attempt.model_copy(
-                                update={"status": AttemptStatus.CANCELLED, "finished_at": now}
-                            )
-                            del self._running[attempt.attempt_id]
-                    rollout = rollout.model_copy(update={"status": RolloutStatus.CANCELLED, "finished_at": now})
-                    self._rollouts[rollout_id] = rollout
-                    self._queue.pop(rollout_id, None)
-                result.append(rollout)
-            self._changed.notify_all()
-            return result
+        for rollout_id in rollout_ids:
+            self._get(rollout_id)
+        now = self._clock()
+        for rollout_id in rollout_ids:
+            rollout, cancelled = _rules.cancel_rollout(self._rollouts[rollout_id], self._attempts[rollout_id], now)
+            self._rollouts[rollout_id] = rollout
+            self._queue.pop(rollout_id, None)
+            for attempt in cancelled:
+                _, index = self._running.pop(attempt.attempt_id)
+                self._attempts[rollout_id][index] = attempt
+        self._changes.notify()
+        return [self._rollouts[rid] for rid in rollout_ids]
 
     async def wait(self, rollout_ids: Sequence[str], *, timeout: float | None = None) -> list[Rollout]:
         self._check_open()
-        deadline = None if timeout is None else self._clock() + timeout
-        async with self._changed:
-            for rollout_id in rollout_ids:
-                self._get(rollout_id)
-            while True:
-                self._reap_expired()
-                rollouts = [self._rollouts[rid] for rid in rollout_ids]
-                if all(r.is_finished for r in rollouts) or not await self._sleep_until(deadline):
-                    return [self._rollouts[rid] for rid in rollout_ids]
+        for rollout_id in rollout_ids:
+            self._get(rollout_id)
+        deadline = deadline_after(timeout)
+        while True:
+            seen = self._changes.version
+            self._reap_expired()
+            rollouts = [self._rollouts[rid] for rid in rollout_ids]
+            if all(r.is_finished for r in rollouts) or not await self._changes.wait(
+                seen, deadline=deadline, next_expiry=self._next_expiry()
+            ):
+                return rollouts
 
     async def get_rollout(self, rollout_id: str) -> Rollout:
         self._check_open()
@@ -176,6 +167,7 @@ class InMemoryStore:
         offset: int = 0,
     ) -> list[Rollout]:
         self._check_open()
+        _rules.check_page(limit, offset)
         matching = [
             r
             for r in self._rollouts.values()
@@ -198,7 +190,7 @@ class InMemoryStore:
         for span in spans:
             self._get(span.rollout_id)
         for span in spans:
-            by_id = self._spans.setdefault(span.attempt_id, {})
+            by_id = self._spans.setdefault((span.rollout_id, span.attempt_id), {})
             if span.span_id not in by_id:
                 by_id[span.span_id] = span.model_copy(update={"sequence_id": next(self._sequence)})
                 self._span_count += 1
@@ -207,9 +199,7 @@ class InMemoryStore:
         self._check_open()
         self._get(rollout_id)
         attempt_ids = [attempt_id] if attempt_id is not None else [a.attempt_id for a in self._attempts[rollout_id]]
-        spans = [
-            span for aid in attempt_ids for span in self._spans.get(aid, {}).values() if span.rollout_id == rollout_id
-        ]
+        spans = [span for aid in attempt_ids for span in self._spans.get((rollout_id, aid), {}).values()]
         return sorted(spans, key=lambda s: s.sequence_id or 0)
 
     # -- resources ----------------------------------------------------------------------------
@@ -222,14 +212,10 @@ class InMemoryStore:
 
     async def get_resources(self, version: int | None = None) -> Resources:
         self._check_open()
-        if not self._resources:
-            raise NotFoundError("no resources have been published yet")
-        if version is None:
+        if version is None and self._resources:
             return self._resources[-1]
-        if not 0 <= version < len(self._resources):
-            raise NotFoundError(
-                f"resources version {version} does not exist; versions 0..{len(self._resources) - 1} do"
-            )
+        if version is None or not 0 <= version < len(self._resources):
+            raise _rules.resources_not_found(version, len(self._resources))
         return self._resources[version]
 
     async def stats(self) -> StoreStats:
@@ -248,20 +234,20 @@ class InMemoryStore:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise StoreError("the store is closed")
+            raise _rules.closed()
 
     def _get(self, rollout_id: str) -> Rollout:
         try:
             return self._rollouts[rollout_id]
         except KeyError:
-            raise NotFoundError(f"rollout {rollout_id!r} does not exist") from None
+            raise _rules.rollout_not_found(rollout_id) from None
 
     def _find_attempt(self, rollout_id: str, attempt_id: str) -> tuple[int, Attempt]:
         self._get(rollout_id)
         for index, attempt in enumerate(self._attempts[rollout_id]):
             if attempt.attempt_id == attempt_id:
                 return index, attempt
-        raise NotFoundError(f"attempt {attempt_id!r} of rollout {rollout_id!r} does not exist")
+        raise _rules.attempt_not_found(rollout_id, attempt_id)
 
     def _store_outcome(self, rollout: Rollout, index: int, attempt: Attempt) -> None:
         self._rollouts[rollout.rollout_id] = rollout
@@ -269,7 +255,7 @@ class InMemoryStore:
         self._running.pop(attempt.attempt_id, None)
         if rollout.status is RolloutStatus.QUEUED:
             self._queue[rollout.rollout_id] = None
-        self._changed.notify_all()
+        self._changes.notify()
 
     def _reap_expired(self) -> None:
         now = self._clock()
@@ -290,13 +276,3 @@ class InMemoryStore:
             (self._attempts[rid][index].lease_expires_at for rid, index in self._running.values()),
             default=None,
         )
-
-    async def _sleep_until(self, deadline: float | None) -> bool:
-        """Wait for a change, a lease to expire or the deadline; False once the deadline has passed."""
-        now = self._clock()
-        if deadline is not None and now >= deadline:
-            return False
-        wake_at = min((t for t in (deadline, self._next_expiry()) if t is not None), default=None)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._changed.wait(), None if wake_at is None else max(0.0, wake_at - now))
-        return True
