@@ -1,0 +1,101 @@
+"""The Agents SDK tracing processor that turns model and function spans into relight's role and tool spans.
+
+The SDK calls a processor synchronously, in the running agent's context, as each of its spans starts
+and ends; so the rollout attempt (a context variable) is the right one and our span covers the SDK
+span's time exactly. The agent behind a model call is the nearest enclosing ``AgentSpanData``: a
+handoff opens the next agent's span, so the role switches with it, and an agent run as another's
+tool nests under it (``triage/researcher``).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+from agents.tracing import (
+    AgentSpanData,
+    FunctionSpanData,
+    GenerationSpanData,
+    ResponseSpanData,
+    Span,
+    Trace,
+    TracingProcessor,
+)
+from opentelemetry import trace
+from opentelemetry.trace import Status, StatusCode
+
+from relight import semconv
+from relight.instrumentation import guarded
+from relight.roles import end_role_span, end_tool_span, start_role_span, start_tool_span
+
+__all__ = ["FRAMEWORK", "RelightTracingProcessor"]
+
+FRAMEWORK = "openai_agents"
+
+
+class RelightTracingProcessor(TracingProcessor):
+    """Records a role span per model call and a tool span per function call, inside rollout attempts.
+
+    ``enabled`` is switched off by ``uninstrument()``: the SDK has no call that removes one processor
+    and keeps the others, so ours stays registered and goes quiet.
+    """
+
+    def __init__(self) -> None:
+        self.enabled = True
+        self._lock = threading.Lock()
+        self._roles: dict[str, str | None] = {}
+        """SDK span id -> role path of the agent it runs under, for every open SDK span."""
+        self._open: dict[str, trace.Span] = {}
+        """SDK span id -> our span, for the model and function calls made inside an attempt."""
+
+    def on_trace_start(self, trace: Trace) -> None:
+        return None
+
+    def on_trace_end(self, trace: Trace) -> None:
+        return None
+
+    @guarded
+    def on_span_start(self, span: Span[Any]) -> None:
+        data = span.span_data
+        with self._lock:
+            role = self._roles.get(span.parent_id) if span.parent_id else None
+            if isinstance(data, AgentSpanData):
+                role = f"{role}/{data.name}" if role else data.name
+            self._roles[span.span_id] = role
+        if not self.enabled or role is None:
+            return
+        if isinstance(data, GenerationSpanData | ResponseSpanData):
+            opened = start_role_span(role, framework=FRAMEWORK, run_id=span.span_id)
+        elif isinstance(data, FunctionSpanData):
+            opened = start_tool_span(data.name, role=role, framework=FRAMEWORK, run_id=span.span_id)
+        else:
+            return
+        if opened is not None:
+            with self._lock:
+                self._open[span.span_id] = opened
+
+    @guarded
+    def on_span_end(self, span: Span[Any]) -> None:
+        with self._lock:
+            self._roles.pop(span.span_id, None)
+            opened = self._open.pop(span.span_id, None)
+        if opened is None:
+            return
+        data = span.span_data
+        if span.error is not None:
+            opened.set_status(Status(StatusCode.ERROR, span.error["message"]))
+        if isinstance(data, FunctionSpanData):
+            end_tool_span(opened, success=span.error is None)
+            return
+        if isinstance(data, GenerationSpanData) and data.input:
+            # The SDK fills in the request after the span starts; it is what went over the wire.
+            opened.set_attribute(semconv.GEN_AI_INPUT_MESSAGES, json.dumps(list(data.input), default=str))
+        response_id = data.response.id if isinstance(data, ResponseSpanData) and data.response else None
+        end_role_span(opened, response_id=response_id)
+
+    def shutdown(self) -> None:
+        return None
+
+    def force_flush(self) -> None:
+        return None
