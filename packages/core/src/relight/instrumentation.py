@@ -50,7 +50,8 @@ class Instrumentor(ABC):
 
     One instance per class (as in OpenTelemetry's ``BaseInstrumentor``) because a framework has one
     set of global hooks: ``LangGraphAdapter().instrument()`` followed by
-    ``relight.instrument("langgraph")`` must still record each call once.
+    ``relight.instrument("langgraph")`` must still record each call once. So ``__init__`` runs on
+    every ``Adapter()`` call: keep state in what ``_instrument`` sets up.
     """
 
     framework: ClassVar[str]
