@@ -1,11 +1,17 @@
+import asyncio
+import sqlite3
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
+from relight.errors import ConfigError, NotFoundError
+from relight.models import AttemptStatus, RolloutRequest
 from relight.store import Store
 from relight.stores.sqlite import SqliteStore
-from relight.testing.store import ManualClock, StoreConformance
+from relight.testing.store import ManualClock, StoreConformance, make_span
 
 
 class TestSqliteStore(StoreConformance):
@@ -14,3 +20,140 @@ class TestSqliteStore(StoreConformance):
         store = SqliteStore(tmp_path / "store.db", clock=clock)
         yield store
         await store.close()
+
+
+async def test_everything_survives_reopening(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    store = SqliteStore(path)
+    first, second, third = await store.enqueue([RolloutRequest(input=i, group_id="g") for i in range(3)])
+    claimed = await store.claim("w1")
+    assert claimed is not None
+    await store.finish_attempt(first.rollout_id, claimed[1].attempt_id, AttemptStatus.FAILED, error="boom")
+    await store.add_spans([make_span(first.rollout_id, claimed[1].attempt_id, f"s-{i}") for i in range(3)])
+    await store.publish_resources({"model": "m"})
+    before = (await store.list_rollouts(), await store.list_attempts(first.rollout_id), await store.stats())
+    spans = await store.query_spans(first.rollout_id)
+    await store.close()
+
+    reopened = SqliteStore(path)
+    try:
+        after = (await reopened.list_rollouts(), await reopened.list_attempts(first.rollout_id), await reopened.stats())
+        assert after[:2] == before[:2]
+        assert after[2].model_dump(exclude={"extra"}) == before[2].model_dump(exclude={"extra"})
+        assert await reopened.query_spans(first.rollout_id) == spans
+        assert (await reopened.get_resources()).items == {"model": "m"}
+        order = [claimed[0].rollout_id for _ in range(3) if (claimed := await reopened.claim("w2")) is not None]
+        assert order == [second.rollout_id, third.rollout_id, first.rollout_id]
+    finally:
+        await reopened.close()
+
+
+async def test_two_stores_on_one_file_never_claim_the_same_rollout(tmp_path: Path) -> None:
+    one, two = SqliteStore(tmp_path / "shared.db"), SqliteStore(tmp_path / "shared.db")
+    try:
+        rollouts = await one.enqueue([RolloutRequest(input=i) for i in range(30)])
+        results = await asyncio.gather(*(store.claim(f"w{i}") for i in range(40) for store in (one, two)))
+        claimed = [result[0].rollout_id for result in results if result is not None]
+        assert sorted(claimed) == sorted(r.rollout_id for r in rollouts)
+    finally:
+        await one.close()
+        await two.close()
+
+
+async def test_reads_go_on_while_a_write_waits_for_the_lock(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    store = SqliteStore(path)
+    try:
+        (rollout,) = await store.enqueue([RolloutRequest(input="x")])
+        await store.add_spans([make_span(rollout.rollout_id, "a1", "s-1")])
+        blocker = sqlite3.connect(path, isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")  # another process holding the write lock
+        write = asyncio.create_task(store.add_spans([make_span(rollout.rollout_id, "a1", "s-2")]))
+        assert [s.span_id for s in await store.query_spans(rollout.rollout_id)] == ["s-1"]
+        assert await store.get_rollout(rollout.rollout_id) == rollout
+        assert not write.done()
+        blocker.rollback()
+        blocker.close()
+        await asyncio.wait_for(write, 30)
+        assert [s.span_id for s in await store.query_spans(rollout.rollout_id)] == ["s-1", "s-2"]
+    finally:
+        await store.close()
+
+
+async def test_concurrent_writes_share_commits_and_a_failing_one_is_undone_alone(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "store.db")
+    try:
+        (rollout,) = await store.enqueue([RolloutRequest(input="x")])
+        rid = rollout.rollout_id
+        writes = [store.add_spans([make_span(rid, "a1", f"s-{i}")]) for i in range(200)]
+        writes.insert(100, store.add_spans([make_span(rid, "a1", "s-bad"), make_span("ro-missing", "a1", "s-x")]))
+        results = await asyncio.gather(*writes, return_exceptions=True)
+        assert [type(r) for r in results if r is not None] == [NotFoundError]
+        spans = await store.query_spans(rid)
+        assert sorted(s.span_id for s in spans) == sorted(f"s-{i}" for i in range(200))
+        stats = await store.stats()
+        assert stats.spans == 200
+        assert stats.extra["commits"] < stats.extra["write_jobs"] / 4
+    finally:
+        await store.close()
+
+
+def test_store_urls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert SqliteStore.from_url("sqlite:///runs/a.db").path == Path("runs/a.db")
+    assert SqliteStore.from_url(f"sqlite:///{tmp_path}/b.db").path == tmp_path / "b.db"
+    assert (tmp_path / "runs" / "a.db").exists()
+    for bad in ("sqlite://a.db", "sqlite:///", "postgres:///x"):
+        with pytest.raises(ConfigError, match="sqlite:///relative"):
+            SqliteStore.from_url(bad)
+
+
+_WRITER = r"""
+import asyncio, sys
+from relight.models import RolloutRequest, Span
+from relight.stores.sqlite import SqliteStore
+
+async def main(path: str) -> None:
+    store = SqliteStore(path)
+    await store.enqueue([RolloutRequest(input="durable", rollout_id="ro-kill")])
+    batch = 0
+    while True:
+        await store.add_spans([
+            Span(rollout_id="ro-kill", attempt_id="a1", span_id=f"s-{batch}-{i}", trace_id="t", name="step",
+                 start_time=batch, end_time=batch, attributes={"payload": "x" * 2000, "batch": batch, "i": i})
+            for i in range(50)
+        ])
+        print(batch, flush=True)  # batch is committed
+        batch += 1
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+async def test_sigkill_mid_write_keeps_every_committed_span(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    child = await asyncio.create_subprocess_exec(sys.executable, "-c", _WRITER, str(path), stdout=subprocess.PIPE)
+    assert child.stdout is not None
+    committed = -1
+    try:
+        while committed < 30 and (line := await child.stdout.readline()):
+            committed = int(line)
+    finally:
+        child.kill()
+        await child.wait()
+    assert committed >= 30, "the writer process died before committing 30 batches"
+
+    store = SqliteStore(path)
+    try:
+        spans = await store.query_spans("ro-kill")
+        by_id = {span.span_id: span for span in spans}
+        for batch in range(committed + 1):
+            for i in range(50):
+                span = by_id[f"s-{batch}-{i}"]
+                assert span.attributes == {"payload": "x" * 2000, "batch": batch, "i": i}
+        assert len(spans) % 50 == 0, "a batch was stored in part"
+        assert (await store.stats()).spans == len(spans)
+    finally:
+        await store.close()
+    with sqlite3.connect(path) as check:
+        assert check.execute("PRAGMA integrity_check").fetchone() == ("ok",)

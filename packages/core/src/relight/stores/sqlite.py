@@ -373,7 +373,12 @@ class SqliteStore:
                 attempts_by_status=dict(conn.execute("SELECT status, COUNT(*) FROM attempts GROUP BY status")),
                 spans=conn.execute("SELECT value FROM counters WHERE name = 'spans'").fetchone()[0],
                 resources_versions=conn.execute("SELECT COUNT(*) FROM resources").fetchone()[0],
-                extra={"backend": "sqlite", "path": str(self.path)},
+                extra={
+                    "backend": "sqlite",
+                    "path": str(self.path),
+                    "write_jobs": self._writer.jobs,
+                    "commits": self._writer.commits,
+                },
             )
 
         return await self._read(read)
@@ -487,6 +492,9 @@ class _Writer:
         self._jobs: queue.SimpleQueue[_Job[Any] | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._stopped = False
+        self.jobs = 0
+        self.commits = 0
+        """Jobs run and transactions committed so far: many jobs per commit means writes batch."""
         self._connection = _connect(path)
         self._thread = threading.Thread(target=self._run, name="relight-sqlite-writer", daemon=True)
         self._thread.start()
@@ -539,6 +547,8 @@ class _Writer:
                     outcomes.append((job, (result, tx.changed), None))
                 conn.execute("RELEASE job")
             conn.execute("COMMIT")
+            self.jobs += len(jobs)
+            self.commits += 1
         except sqlite3.Error as error:
             if conn.in_transaction:
                 conn.rollback()
