@@ -1,0 +1,363 @@
+"""The gateway: forwards each call of a rollout attempt to the policy and records it as an LLM span.
+
+:meth:`Gateway.complete` and :meth:`Gateway.stream` are the whole request path (admission, pause
+gate, replica choice, forwarding, recording, the response id the client sees), apart from HTTP;
+endpoint modules (``/v1/chat/completions`` here, ``/v1/responses`` in :mod:`relight.gateway.responses`)
+parse their request, call one of them and shape the answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.requests import Request
+
+from relight._server import AsgiServer
+from relight.algorithm import UpstreamTarget
+from relight.batcher import SpanBatcher
+from relight.context import AttemptRef
+from relight.gateway.errors import GatewayError, UpstreamError
+from relight.gateway.record import Exchange, TraceParent
+from relight.gateway.retokenize import Retokenizer
+from relight.gateway.sessions import SessionChecker, api_key_for, attempt_of_api_key
+from relight.gateway.upstreams import Endpoint, Upstream, UpstreamPool, as_upstream
+from relight.store import Store
+
+__all__ = ["Gateway", "GatewayStats"]
+
+logger = logging.getLogger(__name__)
+
+Json = dict[str, Any]
+
+_INJECTED_IDS = ("prompt_token_ids", "token_ids")
+
+
+@dataclass(slots=True)
+class GatewayStats:
+    """Counts since the gateway started."""
+
+    calls: int = 0
+    failed: int = 0
+    retokenized: int = 0
+    """Calls whose token ids the gateway made from the text (the upstream gave none)."""
+    untrainable: int = 0
+    """Calls recorded without token ids: no upstream ids and no retokenizer."""
+
+
+class Gateway(AsgiServer):
+    """An OpenAI-compatible server in front of the policy that records every call of every rollout.
+
+    Args:
+        store: where LLM spans go, and where attempts are checked before their first call.
+        upstreams: the policy's replicas: in-process engines, OpenAI-compatible base URLs or
+            :class:`~relight.gateway.upstreams.Upstream` objects.
+        retokenizer: makes token ids for calls whose upstream returned none; without one such
+            calls are recorded without ids and counted as untrainable.
+        policy_version: recorded on each span unless the upstream reports its own; the trainer
+            sets :attr:`policy_version` after each update.
+        max_body_bytes: larger requests are refused with 413.
+        batcher: where spans are submitted; by default one of the gateway's own, on its loop.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        upstreams: Sequence[UpstreamTarget | Upstream],
+        *,
+        retokenizer: Retokenizer | None = None,
+        policy_version: int | None = None,
+        max_body_bytes: int = 32 * 2**20,
+        batcher: SpanBatcher | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        from relight.gateway.app import create_app
+
+        self.store = store
+        self.pool = UpstreamPool([as_upstream(target) for target in upstreams])
+        self.retokenizer = retokenizer
+        self.policy_version = policy_version
+        self.max_body_bytes = max_body_bytes
+        self.stats = GatewayStats()
+        self._sessions = SessionChecker(store)
+        self._batcher = batcher
+        self._own_batcher = batcher is None
+        self._open = asyncio.Event()
+        self._open.set()
+        self._drained = asyncio.Event()
+        self._in_flight = 0
+        self._held = 0
+        super().__init__(create_app(self), host=host, port=port)
+
+    # -- life -------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._batcher is None:
+            self._batcher = SpanBatcher(self.store)
+        await super().start()
+
+    async def stop(self) -> None:
+        """Finish open calls, write every span, close upstream connections."""
+        await super().stop()
+        if self._batcher is not None:
+            if self._own_batcher:
+                await self._batcher.aclose()
+                self._batcher = None
+            else:
+                await self._batcher.flush()
+        await self.pool.aclose()
+
+    async def flush(self) -> None:
+        """Return once the span of every call answered so far is in the store."""
+        if self._batcher is not None:
+            await self._batcher.flush()
+
+    def base_url_for(self, rollout_id: str, attempt_id: str) -> str:
+        """The OpenAI base URL that scopes an agent's calls to one attempt."""
+        return f"{self.url}/rollouts/{rollout_id}/attempts/{attempt_id}/v1"
+
+    @staticmethod
+    def api_key_for(rollout_id: str, attempt_id: str) -> str:
+        """The API key that scopes calls to ``{url}/v1`` to one attempt."""
+        return api_key_for(rollout_id, attempt_id)
+
+    # -- pause and drain --------------------------------------------------------------------------
+
+    async def pause(self) -> None:
+        """Hold new calls at the door and return once the calls in flight have finished."""
+        self._open.clear()
+        while self._in_flight:
+            self._drained.clear()
+            await self._drained.wait()
+
+    def resume(self) -> None:
+        """Let held and new calls through."""
+        self._open.set()
+
+    @asynccontextmanager
+    async def paused(self) -> AsyncGenerator[None]:
+        """No call is in flight inside the block (weights can be swapped); held calls go on after it."""
+        await self.pause()
+        try:
+            yield
+        finally:
+            self.resume()
+
+    @property
+    def is_paused(self) -> bool:
+        return not self._open.is_set()
+
+    @property
+    def in_flight(self) -> int:
+        """Calls being served now."""
+        return self._in_flight
+
+    @property
+    def held(self) -> int:
+        """Calls waiting for :meth:`resume`."""
+        return self._held
+
+    async def _enter(self) -> None:
+        if not self._open.is_set():
+            self._held += 1
+            try:
+                await self._open.wait()
+            finally:
+                self._held -= 1
+        self._in_flight += 1
+
+    def _leave(self) -> None:
+        self._in_flight -= 1
+        if not self._in_flight:
+            self._drained.set()
+
+    # -- the request path -------------------------------------------------------------------------
+
+    async def session(self, request: Request) -> AttemptRef:
+        """The attempt an HTTP request belongs to (by its path, else its API key), checked against the store."""
+        rollout_id = request.path_params.get("rollout_id")
+        attempt_id = request.path_params.get("attempt_id")
+        if rollout_id is not None and attempt_id is not None:
+            session = AttemptRef(str(rollout_id), str(attempt_id))
+        else:
+            scheme, _, token = request.headers.get("authorization", "").partition(" ")
+            session = attempt_of_api_key(token.strip() if scheme.lower() == "bearer" else "")
+        await self._sessions.check(session)
+        return session
+
+    async def complete(
+        self,
+        session: AttemptRef,
+        endpoint: Endpoint,
+        body: Json,
+        *,
+        response_id: str | None = None,
+        trace_parent: TraceParent | None = None,
+    ) -> Json:
+        """Run a non-streaming request on the session's replica, record its span, and return the answer.
+
+        The answer has the minted ``response_id`` (``chatcmpl-…`` by default) and only the fields the
+        client asked for. Raises GatewayError: 4xx for a bad request, 502 when the upstream failed.
+        """
+        validate_request(endpoint, body)
+        exchange = self._exchange(session, endpoint, body, response_id, trace_parent)
+        await self._enter()
+        try:
+            with self.pool.use(session.rollout_id) as upstream:
+                exchange.upstream = upstream.name
+                try:
+                    answer = await upstream.complete(endpoint, body)
+                    exchange.add(answer)
+                except (UpstreamError, LookupError, TypeError, ValueError) as error:
+                    raise self._failed(exchange, error) from error
+        finally:
+            self._leave()
+        self._record(exchange)
+        shaped = for_client(answer, body, exchange.response_id)
+        assert shaped is not None
+        return shaped
+
+    async def stream(
+        self,
+        session: AttemptRef,
+        endpoint: Endpoint,
+        body: Json,
+        *,
+        response_id: str | None = None,
+        trace_parent: TraceParent | None = None,
+    ) -> AsyncIterator[Json]:
+        """Like :meth:`complete` for ``stream: true``: yields the chunks the client should get.
+
+        The span, holding the whole response, is recorded before the iterator ends, also when the
+        upstream fails midway (then GatewayError is raised) or the client goes away.
+        """
+        validate_request(endpoint, body)
+        exchange = self._exchange(session, endpoint, body, response_id, trace_parent)
+        await self._enter()
+        try:
+            with self.pool.use(session.rollout_id) as upstream:
+                exchange.upstream = upstream.name
+                try:
+                    async for chunk in upstream.stream(endpoint, body):
+                        exchange.add(chunk)
+                        shaped = for_client(chunk, body, exchange.response_id)
+                        if shaped is not None:
+                            yield shaped
+                except (UpstreamError, LookupError, TypeError, ValueError) as error:
+                    raise self._failed(exchange, error, record=False) from error
+                except (asyncio.CancelledError, GeneratorExit):
+                    exchange.fail("the client went away before the stream ended", error_type="client_disconnected")
+                    raise
+        finally:
+            self._leave()
+            self._record(exchange)
+
+    def _exchange(
+        self,
+        session: AttemptRef,
+        endpoint: Endpoint,
+        body: Json,
+        response_id: str | None,
+        trace_parent: TraceParent | None,
+    ) -> Exchange:
+        self.stats.calls += 1
+        prefix = "chatcmpl" if endpoint == "chat" else "cmpl"
+        return Exchange(
+            session=session,
+            endpoint=endpoint,
+            request=body,
+            response_id=response_id or f"{prefix}-{secrets.token_hex(12)}",
+            policy_version=self.policy_version,
+            trace_parent=trace_parent,
+        )
+
+    def _failed(self, exchange: Exchange, error: Exception, *, record: bool = True) -> GatewayError:
+        """Note the failure on the exchange (recording it unless told not to) and say what the client gets."""
+        if isinstance(error, UpstreamError):
+            status, reason = error.status_code, error.message
+        else:
+            status, reason = None, f"the upstream's answer was malformed: {error!r}"
+        exchange.fail(reason, error_type="upstream_error" if status is None else str(status), upstream_status=status)
+        if record:
+            self._record(exchange)
+        if status is not None and 400 <= status < 500:
+            return GatewayError(status, reason)
+        where = f"{exchange.upstream} answered {status}" if status is not None else exchange.upstream
+        return GatewayError(502, f"upstream failure ({where}): {reason}", code="upstream_error")
+
+    def _record(self, exchange: Exchange) -> None:
+        if exchange.error is not None:
+            self.stats.failed += 1
+        elif not exchange.has_token_ids:
+            self._fill_token_ids(exchange)
+        if self._batcher is None:
+            raise RuntimeError("the gateway is not started: call start() or use it as a context manager")
+        self._batcher.submit(exchange.to_span())
+
+    def _fill_token_ids(self, exchange: Exchange) -> None:
+        if self.retokenizer is not None:
+            try:
+                exchange.retokenize(self.retokenizer)
+                self.stats.retokenized += 1
+                return
+            except Exception:
+                logger.exception("relight: retokenizing call %s failed", exchange.response_id)
+        self.stats.untrainable += 1
+        logger.warning(
+            "relight: upstream %s returned no token ids for %s and no retokenizer is configured; "
+            "the call is recorded but cannot be trained on",
+            exchange.upstream,
+            exchange.response_id,
+        )
+
+
+def validate_request(endpoint: Endpoint, body: Json) -> None:
+    """Refuse requests the gateway cannot record faithfully, naming the field."""
+    if endpoint == "chat":
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise GatewayError(400, "'messages' is required: a non-empty list of chat messages", param="messages")
+        for index, message in enumerate(messages):  # pyright: ignore[reportUnknownArgumentType, reportUnknownVariableType]
+            if not isinstance(message, dict) or "role" not in message:
+                raise GatewayError(400, f"messages[{index}] must be an object with a 'role'", param=f"messages.{index}")
+    else:
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str | list) or not prompt:
+            raise GatewayError(400, "'prompt' is required: a string or a list of token ids", param="prompt")
+    if body.get("n") not in (None, 1):
+        raise GatewayError(
+            400, f"n={body.get('n')!r}: the gateway records one choice per call; make n calls instead", param="n"
+        )
+
+
+def for_client(answer: Json, request: Json, response_id: str) -> Json | None:
+    """The answer as the client should see it: the minted id, without fields it did not ask for.
+
+    Returns None for a chunk the client should not get (streamed usage it did not ask for).
+    """
+    choices: list[Json] = answer.get("choices") or []
+    stream_options: Json = request.get("stream_options") or {}
+    if request.get("stream") and not choices and not stream_options.get("include_usage"):
+        return None
+    shaped = {key: value for key, value in answer.items() if key != "policy_version"}
+    shaped["id"] = response_id
+    keep_ids = bool(request.get("return_token_ids"))
+    wants_logprobs = request.get("logprobs") not in (None, False)
+    if not keep_ids:
+        shaped.pop("prompt_token_ids", None)
+    if not (keep_ids and wants_logprobs):
+        shaped["choices"] = [_strip_choice(choice, keep_ids, wants_logprobs) for choice in choices]
+    return shaped
+
+
+def _strip_choice(choice: Json, keep_ids: bool, keep_logprobs: bool) -> Json:
+    stripped = {key: value for key, value in choice.items() if keep_ids or key not in _INJECTED_IDS}
+    if not keep_logprobs and "logprobs" in stripped:
+        stripped["logprobs"] = None
+    return stripped

@@ -1,0 +1,176 @@
+"""The gateway's HTTP face: OpenAI's endpoints, scoped to a rollout attempt by path or by API key.
+
+Every route is served twice: under ``/rollouts/{rollout_id}/attempts/{attempt_id}`` and at the
+root, where the ``Authorization: Bearer rlk-…`` key names the attempt. Errors come back in
+OpenAI's shape (``{"error": {"message", "type", "param", "code"}}``) so client libraries raise
+their usual exceptions with our reason in them.
+
+Each handler is the same few steps, which a new endpoint reuses: :func:`gateway_of` the request,
+:meth:`Gateway.session`, :func:`read_json`, then :meth:`Gateway.complete` or :meth:`Gateway.stream`
+(which forward to the rollout's replica and record the LLM span), then :func:`json_response` or
+:func:`sse_response`. ``/v1/responses`` translates with :mod:`relight.gateway.responses` around a chat call.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any, cast
+
+from fastapi import APIRouter, FastAPI
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from relight.gateway import responses
+from relight.gateway.errors import GatewayError, UpstreamError, error_body
+from relight.gateway.record import TraceParent
+from relight.gateway.upstreams import Endpoint
+
+if TYPE_CHECKING:
+    from relight.gateway._gateway import Gateway
+
+__all__ = ["SCOPES", "create_app", "gateway_of", "json_response", "read_json", "sse_response"]
+
+Json = dict[str, Any]
+
+SCOPES = ("/rollouts/{rollout_id}/attempts/{attempt_id}", "")
+"""Route prefixes: by path, and at the root with the attempt named by the API key."""
+
+
+def create_app(gateway: Gateway) -> FastAPI:
+    app = FastAPI(title="relight gateway", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.gateway = gateway
+    app.add_exception_handler(GatewayError, _gateway_error)
+    app.add_exception_handler(HTTPException, _http_error)
+    openai_routes = APIRouter()
+    openai_routes.add_api_route("/v1/chat/completions", _chat, methods=["POST"])
+    openai_routes.add_api_route("/v1/completions", _completions, methods=["POST"])
+    openai_routes.add_api_route("/v1/models", _models, methods=["GET"])
+    openai_routes.add_api_route("/v1/responses", _responses, methods=["POST"])
+    for prefix in SCOPES:
+        app.include_router(openai_routes, prefix=prefix)
+    return app
+
+
+def gateway_of(request: Request) -> Gateway:
+    return cast("Gateway", request.app.state.gateway)
+
+
+async def read_json(request: Request) -> Json:
+    """The request's JSON object. Raises GatewayError: 413 over the size limit, 400 if it is not a JSON object."""
+    limit = gateway_of(request).max_body_bytes
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise GatewayError(413, f"the request body has {declared} bytes; the gateway accepts at most {limit}")
+    body = bytearray()
+    async for part in request.stream():
+        body += part
+        if len(body) > limit:
+            raise GatewayError(413, f"the request body is over the gateway's limit of {limit} bytes")
+    try:
+        parsed = json.loads(body)
+    except ValueError as error:
+        raise GatewayError(400, f"the request body is not valid JSON: {error}") from None
+    if not isinstance(parsed, dict):
+        raise GatewayError(400, f"the request body must be a JSON object, not {type(parsed).__name__}")
+    return cast(Json, parsed)
+
+
+def json_response(content: Json, status_code: int = 200) -> Response:
+    return Response(json.dumps(content, separators=(",", ":")), status_code, media_type="application/json")
+
+
+async def sse_response(events: AsyncIterator[bytes]) -> Response:
+    """Stream server-sent events. The first event is awaited here, so a GatewayError raised before
+    anything was sent is still an ordinary HTTP error with its status code."""
+    try:
+        first = await anext(events)
+    except StopAsyncIteration:
+        first = b""
+
+    async def body() -> AsyncIterator[bytes]:
+        yield first
+        async for event in events:
+            yield event
+
+    return StreamingResponse(body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+
+async def _chat(request: Request) -> Response:
+    return await _serve("chat", request)
+
+
+async def _completions(request: Request) -> Response:
+    return await _serve("completions", request)
+
+
+async def _serve(endpoint: Endpoint, request: Request) -> Response:
+    gateway = gateway_of(request)
+    session = await gateway.session(request)
+    body = await read_json(request)
+    trace_parent = TraceParent.parse(request.headers.get("traceparent"))
+    if not body.get("stream"):
+        return json_response(await gateway.complete(session, endpoint, body, trace_parent=trace_parent))
+    chunks = gateway.stream(session, endpoint, body, trace_parent=trace_parent)
+    return await sse_response(_openai_events(chunks))
+
+
+async def _openai_events(chunks: AsyncIterator[Json]) -> AsyncIterator[bytes]:
+    """OpenAI's SSE framing; a failure midway becomes an error event, as OpenAI's servers send."""
+    started = False
+    try:
+        async for chunk in chunks:
+            started = True
+            yield b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
+    except GatewayError as error:
+        if not started:
+            raise
+        yield b"data: " + json.dumps(error.body()).encode() + b"\n\n"
+    yield b"data: [DONE]\n\n"
+
+
+async def _responses(request: Request) -> Response:
+    """The Responses API, translated to a chat call by :mod:`relight.gateway.responses` and recorded as one."""
+    gateway = gateway_of(request)
+    session = await gateway.session(request)
+    body = await read_json(request)
+    chat = responses.chat_request(body)
+    trace_parent = TraceParent.parse(request.headers.get("traceparent"))
+    if not chat.get("stream"):
+        answer = await gateway.complete(session, "chat", chat, trace_parent=trace_parent)
+        return json_response(responses.response_from_chat(body, answer))
+    chat["stream_options"] = {"include_usage": True}
+    translator = responses.ResponseStream(body)
+
+    async def events() -> AsyncIterator[bytes]:
+        async for chunk in gateway.stream(session, "chat", chat, trace_parent=trace_parent):
+            for event in translator.feed(chunk):
+                yield responses.sse(event)
+        for event in translator.finish():
+            yield responses.sse(event)
+
+    return await sse_response(events())
+
+
+async def _models(request: Request) -> Response:
+    gateway = gateway_of(request)
+    await gateway.session(request)
+    names: list[str] = []
+    for upstream in gateway.pool.upstreams:
+        try:
+            names += [name for name in await upstream.models() if name not in names]
+        except UpstreamError as error:
+            raise GatewayError(502, f"upstream failure ({upstream.name}): {error.message}") from error
+    data = [{"id": name, "object": "model", "created": 0, "owned_by": "relight"} for name in names]
+    return json_response({"object": "list", "data": data})
+
+
+async def _gateway_error(request: Request, error: Exception) -> Response:
+    assert isinstance(error, GatewayError)
+    return json_response(error.body(), error.status_code)
+
+
+async def _http_error(request: Request, error: Exception) -> Response:
+    assert isinstance(error, HTTPException)
+    return json_response(error_body(error.status_code, str(error.detail)), error.status_code)

@@ -1,0 +1,52 @@
+"""Token ids for calls whose upstream gave none (a hosted API, an old vLLM): tokenize the text ourselves.
+
+Retokenized ids may differ from what the model actually sampled (a tokenizer can split the same
+text in more than one way), so the gateway marks such spans ``relight.retokenized`` and counts
+them; trainers may choose to skip them. Logprobs cannot be recovered and are left out.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = ["HuggingFaceRetokenizer", "Retokenizer"]
+
+
+@runtime_checkable
+class Retokenizer(Protocol):
+    """Turns a call's text back into token ids with the served model's tokenizer."""
+
+    def prompt_ids(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None) -> list[int]:
+        """A chat request's prompt as the model saw it: the chat template applied, generation prompt added."""
+        ...
+
+    def text_ids(self, text: str) -> list[int]:
+        """Plain text (a completion prompt, a response), without special tokens."""
+        ...
+
+
+class HuggingFaceRetokenizer:
+    """A :class:`Retokenizer` over a ``transformers`` tokenizer (any object with its methods)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+
+    def prompt_ids(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None) -> list[int]:
+        text: str = self.tokenizer.apply_chat_template(
+            [dict(m) for m in messages],
+            tools=list(tools) if tools else None,
+            tokenize=False,
+            add_generation_prompt=True,
+        )
+        return self.text_ids(text)
+
+    def text_ids(self, text: str) -> list[int]:
+        return [int(token_id) for token_id in self.tokenizer.encode(text, add_special_tokens=False)]
+
+
+def response_text(content: str, tool_calls: Sequence[Mapping[str, Any]]) -> str:
+    """A response's text with its tool calls appended as JSON: the best stand-in for the model's markup."""
+    calls = [json.dumps(call.get("function", {}), separators=(",", ":")) for call in tool_calls]
+    return content + "".join(calls)

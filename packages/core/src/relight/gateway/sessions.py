@@ -1,0 +1,83 @@
+"""Which rollout attempt a call belongs to: from the URL path, or from a per-attempt API key.
+
+Most clients take a base URL (``…/rollouts/<rollout>/attempts/<attempt>/v1``); for those that
+cannot change the path, the key itself names the attempt (``rlk-<base64 of the ids>``). The key
+grants nothing the path does not: both only reach an attempt that is running in the store,
+which the gateway checks before forwarding the first call of each attempt.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections import OrderedDict
+
+from relight.context import AttemptRef
+from relight.errors import NotFoundError
+from relight.gateway.errors import GatewayError
+from relight.store import Store
+
+__all__ = ["API_KEY_PREFIX", "SessionChecker", "api_key_for", "attempt_of_api_key"]
+
+API_KEY_PREFIX = "rlk-"
+
+
+def api_key_for(rollout_id: str, attempt_id: str) -> str:
+    """The API key that scopes calls to one attempt, for clients that cannot change the base URL's path."""
+    payload = json.dumps([rollout_id, attempt_id], separators=(",", ":")).encode()
+    return API_KEY_PREFIX + base64.urlsafe_b64encode(payload).decode().rstrip("=")
+
+
+def attempt_of_api_key(key: str) -> AttemptRef:
+    """The attempt an API key names. Raises GatewayError (401) for a key the gateway did not make."""
+    if not key.startswith(API_KEY_PREFIX):
+        raise GatewayError(
+            401,
+            "calls to /v1 must carry a relight attempt key (Authorization: Bearer rlk-…) or use the "
+            "/rollouts/<rollout_id>/attempts/<attempt_id>/v1 base URL",
+            code="invalid_api_key",
+        )
+    encoded = key[len(API_KEY_PREFIX) :]
+    try:
+        rollout_id, attempt_id = json.loads(base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)))
+    except (binascii.Error, ValueError, TypeError):
+        raise GatewayError(
+            401, f"the API key {key[:40]!r} is not a relight attempt key", code="invalid_api_key"
+        ) from None
+    return AttemptRef(str(rollout_id), str(attempt_id))
+
+
+class SessionChecker:
+    """Admits calls only for attempts that are running in the store, asking the store once per attempt."""
+
+    def __init__(self, store: Store, *, remember: int = 65536) -> None:
+        self.store = store
+        self._known: OrderedDict[AttemptRef, None] = OrderedDict()
+        self._remember = remember
+
+    async def check(self, session: AttemptRef) -> None:
+        """Raises GatewayError: 404 for an unknown rollout or attempt, 409 for one that is not running."""
+        if session in self._known:
+            return
+        try:
+            attempts = await self.store.list_attempts(session.rollout_id)
+        except NotFoundError:
+            raise GatewayError(404, f"rollout {session.rollout_id!r} does not exist", code="unknown_rollout") from None
+        attempt = next((a for a in attempts if a.attempt_id == session.attempt_id), None)
+        if attempt is None:
+            raise GatewayError(
+                404,
+                f"attempt {session.attempt_id!r} of rollout {session.rollout_id!r} does not exist",
+                code="unknown_attempt",
+            )
+        if attempt.is_finished:
+            raise GatewayError(
+                409,
+                f"attempt {session.attempt_id!r} of rollout {session.rollout_id!r} is {attempt.status.value}, "
+                "not running; its calls can no longer be recorded",
+                code="attempt_finished",
+            )
+        self._known[session] = None
+        if len(self._known) > self._remember:
+            self._known.popitem(last=False)

@@ -1,0 +1,319 @@
+"""Where the gateway sends calls: OpenAI-compatible servers and in-process engines, behind one protocol.
+
+An :class:`Upstream` takes an OpenAI request body and answers in the vLLM dialect: the OpenAI
+response plus ``prompt_token_ids`` and ``choices[].token_ids`` (and logprobs), whole or as stream
+chunks. :class:`OpenAIUpstream` asks a vLLM-style server for those fields; :class:`EngineUpstream`
+builds them from a :class:`relight.engine.Engine`'s generation. The gateway never needs to know
+which one it talks to. :class:`UpstreamPool` keeps each rollout on one replica.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Generator, Sequence
+from contextlib import contextmanager
+from typing import Any, Literal, Protocol, cast, runtime_checkable
+
+import httpx
+
+from relight.algorithm import UpstreamTarget
+from relight.engine import Engine, Generation, GenerationRequest, SamplingParams
+from relight.gateway.errors import UpstreamError
+
+__all__ = ["Endpoint", "EngineUpstream", "OpenAIUpstream", "Upstream", "UpstreamPool", "as_upstream"]
+
+Endpoint = Literal["chat", "completions"]
+"""``/v1/chat/completions`` or ``/v1/completions``."""
+
+Json = dict[str, Any]
+
+_PATHS: dict[Endpoint, str] = {"chat": "/chat/completions", "completions": "/completions"}
+
+
+@runtime_checkable
+class Upstream(Protocol):
+    """A model server as the gateway sees it. Raises :class:`UpstreamError` when it fails."""
+
+    name: str
+    """Recorded on each LLM span (``relight.upstream``)."""
+
+    async def complete(self, endpoint: Endpoint, body: Json) -> Json:
+        """The whole response to ``body``, with token ids and logprobs where the server gives them."""
+        ...
+
+    def stream(self, endpoint: Endpoint, body: Json) -> AsyncIterator[Json]:
+        """The response as stream chunks (``body`` has ``stream: true``)."""
+        ...
+
+    async def models(self) -> list[str]: ...
+
+    async def aclose(self) -> None: ...
+
+
+class OpenAIUpstream:
+    """An OpenAI-compatible server at ``base_url`` (``http://host:8000/v1``).
+
+    Args:
+        vllm: ask for vLLM's ``return_token_ids``, logprobs and streamed usage. Turn it off for
+            servers that reject unknown fields (hosted APIs); the gateway then retokenizes.
+        api_key: sent as the bearer token, for hosted APIs.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        vllm: bool = True,
+        api_key: str | None = None,
+        timeout: float = 600.0,
+        max_connections: int = 1024,
+    ) -> None:
+        self.name = base_url.rstrip("/")
+        self.vllm = vllm
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.AsyncClient(
+            base_url=self.name,
+            headers=headers,
+            timeout=timeout,
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+        )
+
+    def _prepare(self, endpoint: Endpoint, body: Json) -> Json:
+        if not self.vllm:
+            return body
+        prepared = {**body, "return_token_ids": True}
+        if endpoint == "chat":
+            prepared["logprobs"] = True
+        elif body.get("logprobs") is None:
+            prepared["logprobs"] = 0
+        if body.get("stream"):
+            prepared["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
+        return prepared
+
+    async def complete(self, endpoint: Endpoint, body: Json) -> Json:
+        try:
+            response = await self._client.post(_PATHS[endpoint], json=self._prepare(endpoint, body))
+        except httpx.HTTPError as error:
+            raise UpstreamError(f"{self.name} did not answer: {_describe(error)}") from error
+        if response.status_code >= 400:
+            raise UpstreamError(_error_message(response.content), status_code=response.status_code)
+        return cast(Json, response.json())
+
+    async def stream(self, endpoint: Endpoint, body: Json) -> AsyncIterator[Json]:
+        try:
+            async with self._client.stream("POST", _PATHS[endpoint], json=self._prepare(endpoint, body)) as response:
+                if response.status_code >= 400:
+                    raise UpstreamError(_error_message(await response.aread()), status_code=response.status_code)
+                async for line in response.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        return
+                    chunk = cast(Json, json.loads(data))
+                    if "error" in chunk:
+                        raise UpstreamError(f"the stream broke off: {_error_message(data.encode())}")
+                    yield chunk
+        except httpx.HTTPError as error:
+            raise UpstreamError(f"{self.name} did not answer: {_describe(error)}") from error
+
+    async def models(self) -> list[str]:
+        try:
+            response = await self._client.get("/models")
+            response.raise_for_status()
+        except httpx.HTTPError as error:
+            raise UpstreamError(f"{self.name} did not list its models: {_describe(error)}") from error
+        return [str(model["id"]) for model in response.json().get("data", [])]
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+class EngineUpstream:
+    """An in-process :class:`relight.engine.Engine`, answering as a vLLM server would."""
+
+    def __init__(self, engine: Engine, *, name: str = "engine") -> None:
+        self.engine = engine
+        self.name = name
+
+    async def complete(self, endpoint: Endpoint, body: Json) -> Json:
+        request = _generation_request(endpoint, body)
+        try:
+            generation = await self.engine.generate(request)
+        except Exception as error:
+            raise UpstreamError(f"engine {self.name!r} failed: {error!r}") from error
+        return _engine_response(endpoint, generation)
+
+    async def stream(self, endpoint: Endpoint, body: Json) -> AsyncIterator[Json]:
+        for chunk in _as_chunks(endpoint, await self.complete(endpoint, body)):
+            yield chunk
+
+    async def models(self) -> list[str]:
+        return self.engine.models()
+
+    async def aclose(self) -> None:
+        return None
+
+
+def as_upstream(target: UpstreamTarget | Upstream) -> Upstream:
+    """An upstream for an engine, a base URL, or an upstream as is."""
+    if isinstance(target, str):
+        return OpenAIUpstream(target)
+    if isinstance(target, Engine):
+        return EngineUpstream(target)
+    return target
+
+
+class UpstreamPool:
+    """Replicas of one policy. A rollout stays on the replica it first got (its prefix cache is there);
+    a new rollout goes to the replica with the fewest calls in flight, then the fewest rollouts."""
+
+    def __init__(self, upstreams: Sequence[Upstream], *, max_remembered: int = 65536) -> None:
+        if not upstreams:
+            raise ValueError("upstreams must name at least one model server or engine")
+        self.upstreams = list(upstreams)
+        self._in_flight = [0] * len(self.upstreams)
+        self._rollouts = [0] * len(self.upstreams)
+        self._sticky: OrderedDict[str, int] = OrderedDict()
+        self._max_remembered = max_remembered
+
+    def replica_of(self, rollout_id: str) -> int:
+        index = self._sticky.get(rollout_id)
+        if index is not None:
+            self._sticky.move_to_end(rollout_id)
+            return index
+        index = min(range(len(self.upstreams)), key=lambda i: (self._in_flight[i], self._rollouts[i]))
+        self._sticky[rollout_id] = index
+        self._rollouts[index] += 1
+        if len(self._sticky) > self._max_remembered:
+            _, forgotten = self._sticky.popitem(last=False)
+            self._rollouts[forgotten] -= 1
+        return index
+
+    @contextmanager
+    def use(self, rollout_id: str) -> Generator[Upstream]:
+        """The rollout's replica, counted as busy for the duration."""
+        index = self.replica_of(rollout_id)
+        self._in_flight[index] += 1
+        try:
+            yield self.upstreams[index]
+        finally:
+            self._in_flight[index] -= 1
+
+    async def aclose(self) -> None:
+        for upstream in self.upstreams:
+            await upstream.aclose()
+
+
+# -- engine requests and vLLM-dialect responses ---------------------------------------------------
+
+
+def _generation_request(endpoint: Endpoint, body: Json) -> GenerationRequest:
+    stop = body.get("stop")
+    sampling = SamplingParams(
+        temperature=_number(body, "temperature", 1.0),
+        top_p=_number(body, "top_p", 1.0),
+        max_tokens=body.get("max_completion_tokens") or body.get("max_tokens"),
+        stop=(stop,) if isinstance(stop, str) else tuple(cast(list[str], stop or ())),
+        seed=body.get("seed"),
+    )
+    model = str(body.get("model", ""))
+    if endpoint == "chat":
+        return GenerationRequest(model=model, messages=body["messages"], tools=body.get("tools"), sampling=sampling)
+    prompt = body.get("prompt")
+    if not isinstance(prompt, str):
+        raise UpstreamError("an in-process engine takes a text prompt, not token ids", status_code=400)
+    return GenerationRequest(model=model, prompt=prompt, sampling=sampling)
+
+
+def _engine_response(endpoint: Endpoint, generation: Generation) -> Json:
+    ids, logprobs = generation.response_token_ids, generation.response_logprobs
+    usage = {
+        "prompt_tokens": len(generation.prompt_token_ids),
+        "completion_tokens": len(ids),
+        "total_tokens": len(generation.prompt_token_ids) + len(ids),
+    }
+    response: Json = {"created": int(time.time()), "model": generation.model, "usage": usage}
+    if generation.policy_version is not None:
+        response["policy_version"] = generation.policy_version
+    if endpoint == "chat":
+        message: Json = {"role": "assistant", "content": generation.text or None}
+        if generation.tool_calls:
+            message["tool_calls"] = generation.tool_calls
+        content: list[Json] = [
+            {"token": f"token_id:{t}", "logprob": lp, "bytes": None, "top_logprobs": []}
+            for t, lp in zip(ids, logprobs, strict=True)
+        ]
+        choice: Json = {"index": 0, "message": message, "logprobs": {"content": content}, "token_ids": ids}
+        response |= {
+            "id": "chatcmpl-engine",
+            "object": "chat.completion",
+            "prompt_token_ids": generation.prompt_token_ids,
+        }
+    else:
+        tokens = [f"token_id:{t}" for t in ids]
+        completion_logprobs = {"tokens": tokens, "token_logprobs": logprobs, "top_logprobs": None, "text_offset": []}
+        choice = {
+            "index": 0,
+            "text": generation.text,
+            "logprobs": completion_logprobs,
+            "token_ids": ids,
+            "prompt_token_ids": generation.prompt_token_ids,
+        }
+        response |= {"id": "cmpl-engine", "object": "text_completion"}
+    choice["finish_reason"] = generation.finish_reason
+    response["choices"] = [choice]
+    return response
+
+
+def _as_chunks(endpoint: Endpoint, response: Json) -> list[Json]:
+    """A whole response cut into the stream chunks a vLLM server would have sent."""
+    (choice,) = response["choices"]
+    head = {key: response[key] for key in ("id", "created", "model") if key in response}
+    extra = {"policy_version": response["policy_version"]} if "policy_version" in response else {}
+    if endpoint == "completions":
+        return [
+            {**head, **extra, "object": "text_completion", "choices": [choice]},
+            {**head, "object": "text_completion", "choices": [], "usage": response["usage"]},
+        ]
+    head["object"] = "chat.completion.chunk"
+    message = choice["message"]
+    first: Json = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+    body: Json = {
+        "index": 0,
+        "delta": {"content": message.get("content") or ""},
+        "logprobs": choice["logprobs"],
+        "finish_reason": None,
+        "token_ids": choice["token_ids"],
+    }
+    chunks = [
+        {**head, **extra, "choices": [first], "prompt_token_ids": response["prompt_token_ids"]},
+        {**head, "choices": [body]},
+    ]
+    for index, call in enumerate(message.get("tool_calls") or ()):
+        delta: Json = {"tool_calls": [{"index": index, **call}]}
+        chunks.append({**head, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}]})
+    last: Json = {"index": 0, "delta": {}, "logprobs": None, "finish_reason": choice["finish_reason"]}
+    chunks.append({**head, "choices": [last]})
+    chunks.append({**head, "choices": [], "usage": response["usage"]})
+    return chunks
+
+
+def _number(body: Json, key: str, default: float) -> float:
+    value = body.get(key)
+    return default if value is None else float(value)
+
+
+def _error_message(content: bytes) -> str:
+    """The message of an OpenAI error body, or the body itself."""
+    try:
+        error: Any = json.loads(content)["error"]
+        return str(cast(Json, error)["message"]) if isinstance(error, dict) else str(error)
+    except (ValueError, KeyError, TypeError):
+        return content.decode(errors="replace")[:2000] or "no reason given"
+
+
+def _describe(error: httpx.HTTPError) -> str:
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
