@@ -62,3 +62,9 @@ def build_tiny_model(directory: Path, *, weights: bool = False) -> Path:
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_model(tmp_path_factory.mktemp("tiny-qwen2"))
+
+
+@pytest.fixture
+def tiny_model_with_weights(tmp_path: Path) -> Path:
+    """The tiny model with random weights, for the GPU tests that serve and train it."""
+    return build_tiny_model(tmp_path / "tiny-qwen2", weights=True)

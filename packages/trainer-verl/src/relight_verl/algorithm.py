@@ -1,0 +1,164 @@
+"""relight's :class:`relight.Algorithm` on verl: FSDP actor (and critic) on Ray, vLLM replicas as upstreams.
+
+::
+
+    algorithm = VerlAlgorithm(VerlConfig.from_file("examples/qwen2.5-coder-1.5b-1gpu.yaml"))
+    Trainer(algorithm=algorithm, ...).fit(agent, train, val)
+
+On first use (:meth:`VerlAlgorithm.start`, or :meth:`~VerlAlgorithm.upstreams` which calls it) it
+joins or starts Ray, starts verl's workers and vLLM replicas on the GPUs, resumes from a checkpoint
+if one is configured, and loads the current weights into vLLM. Each replica is one OpenAI-compatible
+upstream of relight's gateway, which keeps a rollout on one replica and asks it for token ids and
+logprobs. :meth:`~VerlAlgorithm.update` runs with the gateway paused: the transitions become a verl
+batch, vLLM sleeps while verl's workers update the actor (and critic), and verl's weight sync wakes
+vLLM with the new policy.
+
+Needs GPUs and ``pip install 'relight-verl[gpu]'``; the batch, advantage, config and metrics code
+it uses is tested on the CPU.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import JsonValue
+
+from relight.models import Transition
+from relight_verl.config import VerlConfig, to_verl_config
+
+if TYPE_CHECKING:
+    from relight_verl._ppo_trainer import RelightPPOTrainer
+    from relight_verl.metrics import MetricsLog
+
+__all__ = ["VerlAlgorithm"]
+
+
+class VerlAlgorithm:
+    """Trains a Hugging Face model with verl from relight transitions.
+
+    Args:
+        config: the run; or give its fields as keyword arguments (``VerlAlgorithm(model="…")``).
+        metrics_file: where each update's metrics go as JSON lines; by default
+            ``<checkpoint_dir>/metrics.jsonl``.
+    """
+
+    def __init__(self, config: VerlConfig | None = None, *, metrics_file: Path | None = None, **fields: Any) -> None:
+        if config is not None and fields:
+            raise TypeError(f"give a VerlConfig or its fields, not both (got fields {sorted(fields)})")
+        self.config = config if config is not None else VerlConfig.model_validate(fields)
+        self.metrics_file = metrics_file or Path(self.config.checkpoint_dir) / "metrics.jsonl"
+        self._lock = threading.Lock()
+        self._trainer: RelightPPOTrainer | None = None
+        self._urls: list[str] = []
+        self._metrics: MetricsLog | None = None
+        self._last_update_end = 0.0
+
+    @property
+    def model(self) -> str:
+        return self.config.name
+
+    @property
+    def policy_version(self) -> int:
+        """Updates applied to the served weights (restored with a checkpoint)."""
+        return self._trainer.global_steps if self._trainer is not None else 0
+
+    def start(self) -> None:
+        """Start Ray, verl's workers and the vLLM replicas (minutes for a large model); idempotent."""
+        with self._lock:
+            if self._trainer is not None:
+                return
+            from omegaconf import OmegaConf
+
+            from relight_verl._ppo_trainer import RelightPPOTrainer, connect_ray
+            from relight_verl.metrics import MetricsLog
+
+            verl_config = to_verl_config(self.config)
+            connect_ray(verl_config, self.config.ray_address)
+            trainer = RelightPPOTrainer(verl_config)
+            self._urls = trainer.start()
+            self._metrics = MetricsLog(
+                self.metrics_file,
+                loggers=self.config.loggers,
+                project=self.config.project,
+                experiment=self.config.experiment,
+                config=OmegaConf.to_container(verl_config, resolve=True),  # type: ignore[arg-type]
+            )
+            self._last_update_end = time.monotonic()
+            self._trainer = trainer
+
+    def upstreams(self) -> Sequence[str]:
+        """The vLLM replicas' OpenAI base URLs (``http://10.0.0.5:8000/v1``); starts verl if needed."""
+        self.start()
+        return list(self._urls)
+
+    def resources(self) -> Mapping[str, JsonValue]:
+        return {}
+
+    async def update(self, transitions: Sequence[Transition]) -> Mapping[str, float]:
+        """One PPO update on ``transitions`` (the gateway is paused); returns its metrics.
+
+        Runs in a worker thread: verl's driver calls block on Ray for the whole update.
+        """
+        return await asyncio.to_thread(self._update, transitions)
+
+    def _update(self, transitions: Sequence[Transition]) -> dict[str, float]:
+        from relight_verl.batch import build_batch
+        from relight_verl.metrics import update_metrics
+
+        trainer = self._started()
+        config = self.config
+        batch, stats = build_batch(
+            transitions,
+            pad_token_id=trainer.tokenizer.pad_token_id,
+            max_prompt_length=config.max_prompt_length,
+            max_response_length=config.max_response_length,
+            multiple_of=config.mini_batch_size,
+            failed_reward=config.failed_reward,
+        )
+        loop_seconds = time.monotonic() - self._last_update_end
+        if batch is None:
+            metrics = {key: float(value) for key, value in stats.metrics().items()}  # nothing to learn from
+        else:
+            next_step = trainer.global_steps + 1
+            save = config.save_every > 0 and next_step % config.save_every == 0
+            batch, verl_metrics, timing = trainer.step(
+                batch,
+                recompute_old_log_probs=config.recompute_old_logprobs or stats.missing_logprobs > 0,
+                save_to=Path(config.checkpoint_dir) if save else None,
+            )
+            metrics = {key: float(value) for key, value in verl_metrics.items()}
+            metrics |= update_metrics(
+                batch,
+                stats,
+                timing=timing,
+                n_gpus=config.n_gpus,
+                use_critic=trainer.use_critic,
+                loop_seconds=loop_seconds,
+            )
+        assert self._metrics is not None
+        self._metrics.log(trainer.global_steps, metrics)
+        self._last_update_end = time.monotonic()
+        return metrics
+
+    def save(self, directory: Path) -> None:
+        """Write actor (and critic) weights and optimizer state in verl's layout under ``directory``."""
+        self._started().save(directory)
+
+    def load(self, directory: Path) -> None:
+        """Restore :meth:`save`'s checkpoint (``directory`` or one of its ``global_step_N``) and serve it."""
+        self._started().load(directory)
+
+    def close(self) -> None:
+        """Flush the metrics; Ray and the GPUs are released when the process ends."""
+        if self._metrics is not None:
+            self._metrics.close()
+
+    def _started(self) -> RelightPPOTrainer:
+        self.start()
+        assert self._trainer is not None
+        return self._trainer

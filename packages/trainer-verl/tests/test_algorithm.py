@@ -1,0 +1,47 @@
+"""The verl algorithm as relight sees it, before any GPU is involved."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import relight
+from relight.plugins import registry, reset_plugins
+from relight_verl import VerlAlgorithm, VerlConfig
+
+
+def test_importing_and_configuring_loads_neither_verl_nor_torch_nor_ray() -> None:
+    code = (
+        "import sys, relight_verl\n"
+        "algorithm = relight_verl.VerlAlgorithm(model='Qwen/Qwen2.5-Coder-1.5B-Instruct')\n"
+        "assert algorithm.model == 'Qwen/Qwen2.5-Coder-1.5B-Instruct' and algorithm.policy_version == 0\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'verl', 'torch', 'ray', 'vllm'}))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
+
+
+def test_it_is_a_relight_algorithm_found_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RELIGHT_PLUGINS", "verl")  # this package's entry point, whatever else is installed
+    reset_plugins()
+    try:
+        algorithm = registry("algorithms").get("verl")(model="m", served_model_name="coder")
+    finally:
+        reset_plugins()
+    assert isinstance(algorithm, VerlAlgorithm)
+    assert isinstance(algorithm, relight.Algorithm)
+    assert algorithm.model == "coder"
+    assert algorithm.resources() == {}
+
+
+def test_metrics_go_beside_the_checkpoints_unless_told(tmp_path: Path) -> None:
+    assert VerlAlgorithm(model="m", checkpoint_dir=str(tmp_path)).metrics_file == tmp_path / "metrics.jsonl"
+    assert VerlAlgorithm(model="m", metrics_file=tmp_path / "m.jsonl").metrics_file == tmp_path / "m.jsonl"
+
+
+def test_a_config_or_its_fields_not_both() -> None:
+    with pytest.raises(TypeError, match="not both"):
+        VerlAlgorithm(VerlConfig(model="m"), lr=1e-5)
