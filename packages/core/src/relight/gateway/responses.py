@@ -1,0 +1,390 @@
+"""The Responses API (``POST /v1/responses``) served through the gateway's chat path.
+
+Agents written for OpenAI's Responses API (the Agents SDK's default model) use the gateway like
+Chat Completions clients do: each request is translated into a chat request, which the gateway
+runs and records exactly as its own (one LLM span with token ids and logprobs), and the reply is
+translated back, whole or as Responses stream events. The reply's id is the chat completion's, so
+the LLM span's ``gen_ai.response.id`` is the id the framework sees.
+
+The gateway keeps no conversation state: ``previous_response_id`` and ``conversation`` are
+refused (send the whole conversation as ``input``), and so are hosted tools and non-text content.
+Reasoning items in the input are dropped, as chat requests have no place for them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from typing import Any, cast
+
+from relight.gateway.errors import GatewayError
+
+__all__ = ["ResponseStream", "chat_request", "response_from_chat", "sse"]
+
+Json = dict[str, Any]
+
+_STATEFUL_FIELDS = ("previous_response_id", "conversation", "prompt", "background")
+_TEXT_PARTS = {"input_text": "text", "output_text": "text", "text": "text", "refusal": "refusal"}
+
+
+# -- requests -----------------------------------------------------------------------------------
+
+
+def chat_request(body: Json) -> Json:
+    """The chat completions request that asks what the Responses request ``body`` asks.
+
+    Raises:
+        GatewayError: 400, naming the field the gateway cannot serve.
+    """
+    for name in _STATEFUL_FIELDS:
+        if body.get(name):
+            raise GatewayError(
+                400,
+                f"{name} is not supported: the gateway keeps no conversation state; send the whole conversation "
+                "as input",
+                param=name,
+            )
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise GatewayError(400, "model is required (a model name the gateway serves)", param="model")
+    messages: list[Json] = []
+    instructions = body.get("instructions")
+    if instructions:
+        messages.append({"role": "system", "content": _text(instructions, "instructions")})
+    messages += _messages(body.get("input"))
+    chat: Json = {"model": model, "messages": messages}
+    for name in ("temperature", "top_p", "parallel_tool_calls", "stream", "user", "seed"):
+        if body.get(name) is not None:
+            chat[name] = body[name]
+    if body.get("max_output_tokens") is not None:
+        chat["max_tokens"] = body["max_output_tokens"]
+    if body.get("tools"):
+        chat["tools"] = [_chat_tool(tool, f"tools[{i}]") for i, tool in enumerate(_list(body["tools"], "tools"))]
+    if body.get("tool_choice") is not None:
+        chat["tool_choice"] = _chat_tool_choice(body["tool_choice"])
+    text_format = _mapping(body.get("text") or {}, "text").get("format")
+    if text_format is not None and (response_format := _chat_response_format(text_format)) is not None:
+        chat["response_format"] = response_format
+    effort = _mapping(body.get("reasoning") or {}, "reasoning").get("effort")
+    if effort is not None:
+        chat["reasoning_effort"] = effort
+    return chat
+
+
+def _messages(items: object) -> list[Json]:
+    if isinstance(items, str):
+        return [{"role": "user", "content": items}]
+    if not isinstance(items, list) or not items:
+        raise GatewayError(400, "input is required: a string or a list of input items", param="input")
+    messages: list[Json] = []
+    for index, raw in enumerate(cast(list[object], items)):
+        param = f"input[{index}]"
+        item = _mapping(raw, param)
+        kind = item.get("type", "message")
+        if kind == "message":
+            role = item.get("role")
+            if role not in ("user", "assistant", "system", "developer"):
+                raise GatewayError(400, f"{param}.role must be user, assistant, system or developer", param=param)
+            content = _text(item.get("content"), f"{param}.content")
+            messages.append({"role": "system" if role == "developer" else role, "content": content})
+        elif kind == "function_call":
+            call = {
+                "id": item.get("call_id"),
+                "type": "function",
+                "function": {"name": item.get("name"), "arguments": item.get("arguments", "")},
+            }
+            last = messages[-1] if messages else None
+            if last is not None and last["role"] == "assistant":
+                # The Responses API splits one assistant turn into a message and its calls.
+                last.setdefault("tool_calls", []).append(call)
+            else:
+                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif kind == "function_call_output":
+            output = item.get("output")
+            content = output if isinstance(output, str) else _text(output, f"{param}.output")
+            messages.append({"role": "tool", "tool_call_id": item.get("call_id"), "content": content})
+        elif kind != "reasoning":
+            raise GatewayError(
+                400,
+                f"{param} is a {kind!r} item; the gateway serves messages, function calls and their outputs",
+                param=param,
+            )
+    return messages
+
+
+def _text(content: object, param: str) -> str:
+    """Text content: a string, or text parts joined as OpenAI joins them."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise GatewayError(400, f"{param} must be a string or a list of text parts", param=param)
+    texts: list[str] = []
+    for index, raw in enumerate(cast(list[object], content)):
+        part = _mapping(raw, f"{param}[{index}]")
+        key = _TEXT_PARTS.get(str(part.get("type")))
+        if key is None:
+            raise GatewayError(
+                400, f"{param}[{index}] is {part.get('type')!r} content; the gateway serves text only", param=param
+            )
+        texts.append(str(part.get(key, "")))
+    return "".join(texts)
+
+
+def _chat_tool(tool: object, param: str) -> Json:
+    spec = _mapping(tool, param)
+    if spec.get("type") != "function":
+        raise GatewayError(
+            400, f"{param} is a {spec.get('type')!r} tool; the gateway serves function tools only", param=param
+        )
+    function = {key: spec[key] for key in ("name", "description", "parameters", "strict") if key in spec}
+    return {"type": "function", "function": function}
+
+
+def _chat_tool_choice(choice: object) -> object:
+    if isinstance(choice, str):
+        return choice
+    spec = _mapping(choice, "tool_choice")
+    if spec.get("type") != "function":
+        raise GatewayError(400, "tool_choice must be auto, none, required or a function", param="tool_choice")
+    return {"type": "function", "function": {"name": spec.get("name")}}
+
+
+def _chat_response_format(text_format: object) -> Json | None:
+    spec = _mapping(text_format, "text.format")
+    kind = spec.get("type")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return {"type": "json_object"}
+    if kind == "json_schema":
+        schema = {key: spec[key] for key in ("name", "schema", "strict", "description") if key in spec}
+        return {"type": "json_schema", "json_schema": schema}
+    raise GatewayError(400, "text.format.type must be text, json_object or json_schema", param="text.format")
+
+
+def _mapping(value: object, param: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise GatewayError(400, f"{param} must be an object", param=param)
+    return cast(Mapping[str, Any], value)
+
+
+def _object(value: object) -> Json:
+    return cast(Json, value) if isinstance(value, dict) else {}
+
+
+def _objects(value: object) -> list[Json]:
+    return (
+        [cast(Json, item) for item in cast(list[object], value) if isinstance(item, dict)]
+        if isinstance(value, list)
+        else []
+    )
+
+
+def _list(value: object, param: str) -> list[object]:
+    if not isinstance(value, list):
+        raise GatewayError(400, f"{param} must be a list", param=param)
+    return cast(list[object], value)
+
+
+# -- replies ------------------------------------------------------------------------------------
+
+
+def response_from_chat(request: Json, chat: Json) -> Json:
+    """The Responses reply to ``request``, from the gateway's chat completion ``chat``."""
+    choice = chat["choices"][0]
+    message = choice["message"]
+    response_id = str(chat["id"])
+    output: list[Json] = []
+    if message.get("content"):
+        output.append(_message_item(response_id, message["content"], "completed"))
+    for index, call in enumerate(message.get("tool_calls") or ()):
+        function = call["function"]
+        output.append(_call_item(response_id, index, call["id"], function["name"], function["arguments"], "completed"))
+    return _response(request, chat, output, choice.get("finish_reason"), chat.get("usage"))
+
+
+def _response(request: Json, head: Json, output: list[Json], finish_reason: object, usage: object) -> Json:
+    """A Response object; ``status`` is in_progress until the finish reason is known."""
+    status = "in_progress" if finish_reason is None else "incomplete" if finish_reason == "length" else "completed"
+    return {
+        "id": head["id"],
+        "object": "response",
+        "created_at": head.get("created") or int(time.time()),
+        "model": head.get("model") or request.get("model"),
+        "status": status,
+        "error": None,
+        "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
+        "instructions": request.get("instructions"),
+        "output": output,
+        "parallel_tool_calls": request.get("parallel_tool_calls", True),
+        "tool_choice": request.get("tool_choice", "auto"),
+        "tools": request.get("tools") or [],
+        "temperature": request.get("temperature"),
+        "top_p": request.get("top_p"),
+        "max_output_tokens": request.get("max_output_tokens"),
+        "text": request.get("text") or {"format": {"type": "text"}},
+        "metadata": request.get("metadata") or {},
+        "usage": _usage(usage),
+    }
+
+
+def _usage(chat_usage: object) -> Json | None:
+    if not isinstance(chat_usage, dict):
+        return None
+    counts = cast(Json, chat_usage)
+    return {
+        "input_tokens": counts.get("prompt_tokens", 0),
+        "output_tokens": counts.get("completion_tokens", 0),
+        "total_tokens": counts.get("total_tokens", 0),
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": 0},
+    }
+
+
+def _message_item(response_id: str, text: str, status: str) -> Json:
+    content = [_text_part(text)] if status == "completed" else []
+    return {"type": "message", "id": f"msg_{response_id}", "status": status, "role": "assistant", "content": content}
+
+
+def _text_part(text: str) -> Json:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def _call_item(response_id: str, index: int, call_id: str, name: str, arguments: str, status: str) -> Json:
+    return {
+        "type": "function_call",
+        "id": f"fc_{response_id}_{index}",
+        "call_id": call_id,
+        "name": name,
+        "arguments": arguments,
+        "status": status,
+    }
+
+
+class ResponseStream:
+    """Chat completion chunks in, Responses stream events out, one output item at a time.
+
+    Feed every chunk of one chat stream to :meth:`feed`, then call :meth:`finish`; each returns the
+    events to send, in order, numbered as the API numbers them.
+    """
+
+    def __init__(self, request: Json) -> None:
+        self.request = request
+        self._head: Json | None = None
+        self._output: list[Json] = []
+        self._open: Json | None = None
+        """The item being streamed; its text or arguments so far are in ``_buffer``."""
+        self._buffer: list[str] = []
+        self._call_index: int | None = None
+        self._finish_reason: object = None
+        self._usage: object = None
+        self._sequence = 0
+
+    def feed(self, chunk: Json) -> list[Json]:
+        events: list[Json] = []
+        if self._head is None:
+            self._head = {"id": chunk["id"], "created": chunk.get("created"), "model": chunk.get("model")}
+            events.append(self._event("response.created", response=self._snapshot()))
+            events.append(self._event("response.in_progress", response=self._snapshot()))
+        if chunk.get("usage"):
+            self._usage = chunk["usage"]
+        for choice in _objects(chunk.get("choices")):
+            delta = _object(choice.get("delta"))
+            text: object = delta.get("content")
+            if isinstance(text, str) and text:
+                events += self._text_delta(text)
+            for call in _objects(delta.get("tool_calls")):
+                events += self._call_delta(call)
+            if choice.get("finish_reason") is not None:
+                self._finish_reason = choice["finish_reason"]
+        return events
+
+    def _text_delta(self, text: str) -> list[Json]:
+        events: list[Json] = []
+        if self._open is None or self._open["type"] != "message":
+            events += self._close()
+            events += self._open_item(_message_item(self._response_id, "", "in_progress"))
+            events.append(self._event("response.content_part.added", **self._where(), part=_text_part("")))
+        self._buffer.append(text)
+        events.append(self._event("response.output_text.delta", **self._where(), delta=text, logprobs=[]))
+        return events
+
+    def _call_delta(self, call: Json) -> list[Json]:
+        events: list[Json] = []
+        index = int(call.get("index") or 0)
+        function = _object(call.get("function"))
+        if self._open is None or self._call_index != index:
+            events += self._close()
+            self._call_index = index
+            name = str(function.get("name") or "")
+            events += self._open_item(
+                _call_item(self._response_id, index, str(call.get("id")), name, "", "in_progress")
+            )
+        fragment: object = function.get("arguments")
+        if isinstance(fragment, str) and fragment:
+            self._buffer.append(fragment)
+            events.append(self._event("response.function_call_arguments.delta", **self._where(), delta=fragment))
+        return events
+
+    @property
+    def _response_id(self) -> str:
+        assert self._head is not None
+        return str(self._head["id"])
+
+    def finish(self) -> list[Json]:
+        """The closing events: the last item done and ``response.completed`` (or ``response.incomplete``)."""
+        if self._head is None:
+            raise ValueError("the chat stream ended before its first chunk")
+        events = self._close()
+        response = _response(self.request, self._head, self._output, self._finish_reason or "stop", self._usage)
+        kind = "response.incomplete" if response["status"] == "incomplete" else "response.completed"
+        events.append(self._event(kind, response=response))
+        return events
+
+    def _open_item(self, item: Json) -> list[Json]:
+        self._open = item
+        self._buffer = []
+        return [self._event("response.output_item.added", output_index=len(self._output), item=item)]
+
+    def _close(self) -> list[Json]:
+        item = self._open
+        if item is None:
+            return []
+        text = "".join(self._buffer)
+        where = self._where()
+        if item["type"] == "message":
+            done = {**item, "status": "completed", "content": [_text_part(text)]}
+            events = [
+                self._event("response.output_text.done", **where, text=text, logprobs=[]),
+                self._event("response.content_part.done", **where, part=_text_part(text)),
+            ]
+        else:
+            done = {**item, "status": "completed", "arguments": text}
+            events = [self._event("response.function_call_arguments.done", **where, arguments=text)]
+        events.append(self._event("response.output_item.done", output_index=len(self._output), item=done))
+        self._output.append(done)
+        self._open = None
+        self._call_index = None
+        return events
+
+    def _where(self) -> Json:
+        assert self._open is not None
+        where: Json = {"item_id": self._open["id"], "output_index": len(self._output)}
+        if self._open["type"] == "message":
+            where["content_index"] = 0
+        return where
+
+    def _snapshot(self) -> Json:
+        assert self._head is not None
+        return _response(self.request, self._head, [], None, None)
+
+    def _event(self, kind: str, **fields: Any) -> Json:
+        event = {"type": kind, "sequence_number": self._sequence, **fields}
+        self._sequence += 1
+        return event
+
+
+def sse(event: Json) -> bytes:
+    """One server-sent event as the Responses API frames it."""
+    return f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
