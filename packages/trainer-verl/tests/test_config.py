@@ -38,6 +38,7 @@ def test_every_field_lands_where_verl_reads_it(tmp_path: Path) -> None:
         max_prompt_length=1000,
         max_response_length=500,
         algorithm="rloo",
+        temperature=0.7,
         lr=3e-6,
         lora_rank=16,
         kl_coef=0.01,
@@ -54,6 +55,8 @@ def test_every_field_lands_where_verl_reads_it(tmp_path: Path) -> None:
     assert (actor.ppo_mini_batch_size, actor.ppo_micro_batch_size_per_gpu, rollout.n) == (32, 2, 1)
     assert (rollout.prompt_length, rollout.response_length, rollout.max_model_len) == (1000, 500, 1500)
     assert verl.algorithm.adv_estimator == "rloo"
+    assert rollout.temperature == pytest.approx(0.7)
+    assert (rollout.agent.num_workers, verl.reward.num_workers) == (1, 1)  # verl's own loops stay idle
     assert actor.optim.lr == pytest.approx(3e-6)
     assert verl.actor_rollout_ref.model.lora_rank == 16
     assert (actor.use_kl_loss, actor.kl_loss_coef) == (True, 0.01)

@@ -65,8 +65,11 @@ def connect_ray(config: DictConfig, address: str | None) -> None:
     """
     if ray.is_initialized():
         return
-    runtime_env = OmegaConf.to_container(OmegaConf.create(get_ppo_ray_runtime_env(config)))
-    ray.init(address=address, runtime_env=runtime_env)  # type: ignore[arg-type]
+    # As verl's main_ppo does it: verl's defaults, then the config's ray_kwargs.ray_init on top.
+    init = config.ray_kwargs.get("ray_init", {})
+    runtime_env = OmegaConf.merge(get_ppo_ray_runtime_env(config), init.get("runtime_env", {}))
+    kwargs = OmegaConf.to_container(OmegaConf.create({**init, "runtime_env": runtime_env}))
+    ray.init(address=address, **kwargs)  # type: ignore[arg-type]
 
 
 class RelightPPOTrainer(RayPPOTrainer):
@@ -190,6 +193,7 @@ class RelightPPOTrainer(RayPPOTrainer):
         return folder
 
     def _save_asleep(self, root: Path) -> Path:
+        root.mkdir(parents=True, exist_ok=True)
         folder = root / f"global_step_{self.global_steps}"
         trainer = self.config.trainer
         self.actor_rollout_wg.save_checkpoint(

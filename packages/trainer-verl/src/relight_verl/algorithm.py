@@ -50,7 +50,9 @@ class VerlAlgorithm:
     def __init__(self, config: VerlConfig | None = None, *, metrics_file: Path | None = None, **fields: Any) -> None:
         if config is not None and fields:
             raise TypeError(f"give a VerlConfig or its fields, not both (got fields {sorted(fields)})")
-        self.config = config if config is not None else VerlConfig.model_validate(fields)
+        config = config if config is not None else VerlConfig.model_validate(fields)
+        # Ray workers do not share the driver's working directory: give them an absolute path.
+        self.config = config.model_copy(update={"checkpoint_dir": str(Path(config.checkpoint_dir).resolve())})
         self.metrics_file = metrics_file or Path(self.config.checkpoint_dir) / "metrics.jsonl"
         self._lock = threading.Lock()
         self._trainer: RelightPPOTrainer | None = None

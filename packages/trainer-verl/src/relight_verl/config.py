@@ -47,6 +47,9 @@ class VerlConfig(BaseModel):
     """GPUs per vLLM replica; each replica is one gateway upstream."""
     gpu_memory_utilization: float = Field(default=0.5, gt=0, le=1)
     """Share of GPU memory vLLM may take while it serves (it sleeps while the actor trains)."""
+    temperature: float = Field(default=1.0, gt=0)
+    """The temperature agents sample with. The actor scores tokens at it, so the ratio to the
+    sampling logprobs is only right when agents use it too (OpenAI clients default to 1.0)."""
 
     # -- batches and lengths ------------------------------------------------------------------
     mini_batch_size: int = Field(default=16, ge=1)
@@ -180,6 +183,10 @@ class VerlConfig(BaseModel):
             f"{rollout}.name": "vllm",
             f"{rollout}.n": 1,
             f"{rollout}.calculate_log_probs": True,
+            f"{rollout}.temperature": self.temperature,
+            # verl's own agent loop and reward workers stay idle (relight's runners do that work): one each.
+            f"{rollout}.agent.num_workers": 1,
+            "reward.num_workers": 1,
             f"{rollout}.tensor_model_parallel_size": self.tensor_parallel_size,
             f"{rollout}.gpu_memory_utilization": self.gpu_memory_utilization,
             f"{rollout}.log_prob_micro_batch_size_per_gpu": micro,
