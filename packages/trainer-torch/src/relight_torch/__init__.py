@@ -1,0 +1,1 @@
+"""relight-torch."""

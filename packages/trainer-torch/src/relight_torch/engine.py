@@ -1,0 +1,332 @@
+"""A transformers model served in-process: relight's :class:`~relight.engine.Engine` for the CPU or one GPU.
+
+Calls from many concurrent rollouts are batched dynamically: ``generate`` templates and tokenizes
+the request, queues it and waits; one worker thread takes everything queued (up to
+``max_batch_size``), samples the whole batch with one forward pass per token (left-padded
+prompts, a KV cache, finished rows dropped as they finish) and hands each caller its result.
+A batch runs under one set of weights: :meth:`TorchEngine.updating_weights` holds new batches
+while the trainer changes the weights and then raises the policy version.
+
+Logprobs are those of the model at temperature 1, computed exactly as
+:func:`relight_torch.packing.response_logprobs` computes them for training, whatever the request's
+temperature or top-p. Tool calls are parsed from hermes-style ``<tool_call>`` blocks
+(:mod:`relight_torch.toolcalls`) when the request offers tools.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+
+from relight.engine import Generation, GenerationRequest, SamplingParams
+from relight_torch.chat import render
+from relight_torch.packing import left_pad, positions
+from relight_torch.toolcalls import parse_tool_calls
+
+__all__ = ["Sampled", "TorchEngine"]
+
+
+@dataclass(frozen=True, slots=True)
+class Sampled:
+    """What the worker sampled for one tokenized prompt."""
+
+    response_ids: list[int]
+    logprobs: list[float]
+    finish: Literal["stop", "length"]
+    policy_version: int
+
+
+@dataclass(eq=False)
+class _Row:
+    """One request in flight inside a batch."""
+
+    prompt_ids: list[int]
+    sampling: SamplingParams
+    max_new_tokens: int
+    future: Future[Sampled]
+    generator: torch.Generator | None = None
+    response_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish: Literal["stop", "length"] | None = None
+
+
+class TorchEngine:
+    """Serve a Hugging Face causal LM to many rollouts at once, with token ids and logprobs.
+
+    Args:
+        model: The policy. The trainer may share it: the engine only reads it, under
+            :meth:`updating_weights`'s lock.
+        tokenizer: Its tokenizer, with a chat template for chat requests.
+        name: The model name the engine answers to.
+        max_batch_size: Most sequences sampled together in one batch.
+        seed: Seeds the sampling of requests that bring no seed of their own.
+    """
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        *,
+        name: str = "relight-tiny",
+        max_batch_size: int = 128,
+        seed: int = 0,
+    ) -> None:
+        if tokenizer.pad_token_id is None and tokenizer.eos_token_id is None:
+            raise ValueError("the tokenizer has neither a pad nor an eos token; set tokenizer.pad_token")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.name = name
+        self.max_batch_size = max_batch_size
+        self.policy_version = 0
+        self.context_length: int = getattr(model.config, "max_position_embeddings", None) or 2048
+        self._pad_id: int = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id  # type: ignore[assignment]
+        self._eos_ids = _eos_ids(model, tokenizer)
+        self._generator = torch.Generator().manual_seed(seed)
+        self._weights = threading.Lock()
+        self._queue: queue.SimpleQueue[_Row | None] = queue.SimpleQueue()
+        self._worker: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+        self.batches = 0
+        """How many batches the worker has run (for benchmarks)."""
+
+    @classmethod
+    def from_pretrained(
+        cls, path: str | Path, *, name: str | None = None, device: str = "cpu", **kwargs: Any
+    ) -> TorchEngine:
+        """Load a model and tokenizer that transformers can load from a local directory."""
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        tokenizer.padding_side = "left"
+        model = AutoModelForCausalLM.from_pretrained(path).to(device).eval()
+        return cls(model, tokenizer, name=name or Path(path).name, **kwargs)
+
+    # -- the Engine protocol ---------------------------------------------------------------------
+
+    def models(self) -> list[str]:
+        return [self.name]
+
+    async def generate(self, request: GenerationRequest) -> Generation:
+        prompt_ids = self.prompt_ids(request)
+        future = self.submit(prompt_ids, request.sampling)
+        sampled = await asyncio.wrap_future(future)
+        text = self.tokenizer.decode(sampled.response_ids, skip_special_tokens=True)
+        text = _cut_at_stop(text, request.sampling.stop)
+        tool_calls = None
+        if request.tools:
+            text, calls = parse_tool_calls(text)
+            tool_calls = calls or None
+        finish_reason: Literal["stop", "length", "tool_calls"] = "tool_calls" if tool_calls else sampled.finish
+        return Generation(
+            text=text,
+            prompt_token_ids=prompt_ids,
+            response_token_ids=sampled.response_ids,
+            response_logprobs=sampled.logprobs,
+            finish_reason=finish_reason,
+            model=self.name,
+            policy_version=sampled.policy_version,
+            tool_calls=tool_calls,
+        )
+
+    # -- lower level -----------------------------------------------------------------------------
+
+    def prompt_ids(self, request: GenerationRequest) -> list[int]:
+        """The token ids the model sees for a request: the chat template's, or the prompt's."""
+        if request.messages is not None:
+            return render(self.tokenizer, request.messages, tools=request.tools, add_generation_prompt=True)
+        if request.prompt is not None:
+            return list(self.tokenizer.encode(request.prompt))
+        raise ValueError("a generation request needs messages or a prompt; it had neither")
+
+    def submit(self, prompt_ids: list[int], sampling: SamplingParams) -> Future[Sampled]:
+        """Queue a tokenized prompt for the next batch; raises ValueError naming a bad field."""
+        room = self.context_length - len(prompt_ids)
+        if room < 1:
+            raise ValueError(f"the prompt has {len(prompt_ids)} tokens; the model's context is {self.context_length}")
+        if sampling.max_tokens is not None and not 1 <= sampling.max_tokens <= room:
+            raise ValueError(
+                f"max_tokens must be between 1 and {room} (the context of {self.context_length} tokens less the "
+                f"prompt's {len(prompt_ids)}), got {sampling.max_tokens}"
+            )
+        if sampling.temperature < 0 or not 0 < sampling.top_p <= 1:
+            raise ValueError(
+                f"temperature must be >= 0 and top_p in (0, 1]; got {sampling.temperature} and {sampling.top_p}"
+            )
+        row = _Row(
+            prompt_ids=prompt_ids,
+            sampling=sampling,
+            max_new_tokens=sampling.max_tokens or room,
+            future=Future(),
+            generator=torch.Generator().manual_seed(sampling.seed) if sampling.seed is not None else None,
+        )
+        self._ensure_worker()
+        self._queue.put(row)
+        return row.future
+
+    @contextmanager
+    def updating_weights(self) -> Iterator[None]:
+        """Hold new batches while the weights change (waiting for the running one); the version rises on exit."""
+        with self._weights:
+            yield
+            self.policy_version += 1
+
+    def close(self) -> None:
+        """Stop the worker thread once the queued requests are served; safe to call twice."""
+        with self._start_lock:
+            worker, self._worker = self._worker, None
+        if worker is not None:
+            self._queue.put(None)
+            worker.join()
+
+    def __enter__(self) -> TorchEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the worker ------------------------------------------------------------------------------
+
+    def _ensure_worker(self) -> None:
+        with self._start_lock:
+            if self._worker is None:
+                self._worker = threading.Thread(target=self._serve, name="relight-torch-engine", daemon=True)
+                self._worker.start()
+
+    def _serve(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is None:
+                return
+            rows = [first]
+            stop = False
+            while len(rows) < self.max_batch_size:
+                try:
+                    row = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if row is None:
+                    stop = True
+                    break
+                rows.append(row)
+            rows = [row for row in rows if row.future.set_running_or_notify_cancel()]
+            if rows:
+                self._run(rows)
+            if stop:
+                return
+
+    def _run(self, rows: list[_Row]) -> None:
+        try:
+            with self._weights, torch.inference_mode():
+                version = self.policy_version
+                self._sample(rows)
+                self.batches += 1
+        except Exception as error:
+            for row in rows:
+                row.future.set_exception(error)
+            return
+        for row in rows:
+            row.future.set_result(Sampled(row.response_ids, row.logprobs, row.finish or "length", version))
+
+    def _sample(self, rows: list[_Row]) -> None:
+        device = self.model.device
+        input_ids, mask = left_pad([row.prompt_ids for row in rows], pad_id=self._pad_id, device=device)
+        cache = DynamicCache()
+        output = self.model(
+            input_ids=input_ids,
+            attention_mask=mask,
+            position_ids=positions(mask),
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        next_position = mask.sum(-1)
+        active = rows
+        while True:
+            tokens, logprobs = self._next_tokens(output.logits[:, -1].float(), active)
+            steps = zip(active, tokens.tolist(), logprobs.tolist(), strict=True)
+            keep = [i for i, (row, token, logprob) in enumerate(steps) if self._extend(row, token, logprob)]
+            if not keep:
+                return
+            if len(keep) < len(active):
+                index = torch.tensor(keep, device=device)
+                cache.batch_select_indices(index)
+                mask, tokens, next_position = mask[index], tokens[index], next_position[index]
+                active = [active[i] for i in keep]
+            mask = torch.cat([mask, mask.new_ones(len(active), 1)], dim=1)
+            output = self.model(
+                input_ids=tokens.unsqueeze(1),
+                attention_mask=mask,
+                position_ids=next_position.unsqueeze(1),
+                past_key_values=cache,
+                use_cache=True,
+            )
+            next_position = next_position + 1
+
+    def _next_tokens(self, logits: torch.Tensor, rows: Sequence[_Row]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each row's next token, and its logprob at temperature 1."""
+        logprobs = torch.log_softmax(logits, dim=-1)
+        chosen = logprobs.argmax(dim=-1)
+        sampled = [i for i, row in enumerate(rows) if row.sampling.temperature > 0]
+        if sampled:
+            index = torch.tensor(sampled, device=logits.device)
+            temperature = torch.tensor([rows[i].sampling.temperature for i in sampled], device=logits.device)
+            top_p = torch.tensor([rows[i].sampling.top_p for i in sampled], device=logits.device)
+            probs = _nucleus(torch.softmax(logits[index] / temperature.unsqueeze(1), dim=-1), top_p)
+            shared = [j for j, i in enumerate(sampled) if rows[i].generator is None]
+            if shared:
+                picks = torch.multinomial(probs[shared].cpu(), 1, generator=self._generator).squeeze(1)
+                chosen[index[shared]] = picks.to(chosen.device)
+            for j, i in enumerate(sampled):
+                generator = rows[i].generator
+                if generator is not None:
+                    chosen[i] = int(torch.multinomial(probs[j].cpu(), 1, generator=generator))
+        return chosen, logprobs.gather(-1, chosen.unsqueeze(1)).squeeze(1)
+
+    def _extend(self, row: _Row, token: int, logprob: float) -> bool:
+        """Add a sampled token to its row; False once the row has finished."""
+        row.response_ids.append(token)
+        row.logprobs.append(logprob)
+        if token in self._eos_ids or (row.sampling.stop and self._has_stop(row)):
+            row.finish = "stop"
+        elif len(row.response_ids) >= row.max_new_tokens:
+            row.finish = "length"
+        return row.finish is None
+
+    def _has_stop(self, row: _Row) -> bool:
+        text = self.tokenizer.decode(row.response_ids, skip_special_tokens=True)
+        return any(stop and stop in text for stop in row.sampling.stop)
+
+
+def _nucleus(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Zero each row's tail beyond its ``top_p`` mass (the most likely token always stays)."""
+    if bool((top_p >= 1).all()):
+        return probs
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    outside = (sorted_probs.cumsum(-1) - sorted_probs) > top_p.unsqueeze(1)
+    sorted_probs = sorted_probs.masked_fill(outside, 0.0)
+    return torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+
+
+def _cut_at_stop(text: str, stop: Sequence[str]) -> str:
+    """The text up to the earliest stop string (OpenAI leaves the stop string out)."""
+    cut = min((i for i in (text.find(s) for s in stop if s) if i >= 0), default=-1)
+    return text if cut < 0 else text[:cut]
+
+
+def _eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
+    ids: set[int] = set()
+    for source in (getattr(model, "generation_config", None), model.config, tokenizer):
+        value = getattr(source, "eos_token_id", None)
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, list | tuple):
+            ids.update(int(v) for v in value)
+    return frozenset(ids)

@@ -1,0 +1,126 @@
+"""One optimizer step over any number of samples, in micro-batches that fit a token budget.
+
+GRPO, REINFORCE++ and SFT differ only in the per-token loss; the learner owns everything else:
+the optimizer, gradient accumulation that gives the same gradient however the batch is split
+(each micro-batch's loss sum is divided by the whole batch's token count: a token mean), gradient
+clipping, and changing the weights under the engine's lock so that no batch is sampled from
+half-updated weights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from transformers import PreTrainedModel
+
+from relight_torch.engine import TorchEngine
+from relight_torch.packing import PackedBatch, micro_batches, pack, response_logprobs
+
+__all__ = ["Learner", "Sample", "TokenLoss"]
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """A prompt and the response to learn from, with what the objective needs to weigh it."""
+
+    prompt_ids: Sequence[int]
+    response_ids: Sequence[int]
+    advantage: float = 0.0
+    old_logprobs: Sequence[float] | None = None
+    """Per-token logprobs of the policy that sampled the response; ``None`` means the current policy's."""
+
+
+TokenLoss = Callable[[torch.Tensor, PackedBatch, Sequence[Sample]], tuple[torch.Tensor, dict[str, float]]]
+"""``(logprobs, batch, samples) -> (summed loss, summed statistics)`` over a micro-batch's response tokens."""
+
+
+class Learner:
+    """The policy's optimizer and its accumulation loop.
+
+    Args:
+        model: The policy, updated in place.
+        pad_id: Token id used for padding (never scored).
+        lr: AdamW's learning rate.
+        token_budget: Most tokens (rows × padded width) in one forward/backward pass.
+        max_grad_norm: Gradients are clipped to this global norm.
+        engine: When given, weights change under its lock and each step raises its policy version.
+    """
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        *,
+        pad_id: int,
+        lr: float = 3e-4,
+        weight_decay: float = 0.0,
+        betas: tuple[float, float] = (0.9, 0.99),
+        token_budget: int = 16384,
+        max_grad_norm: float = 1.0,
+        engine: TorchEngine | None = None,
+    ) -> None:
+        self.model = model
+        self.pad_id = pad_id
+        self.token_budget = token_budget
+        self.max_grad_norm = max_grad_norm
+        self.engine = engine
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, betas=betas)
+        self.step = 0
+
+    def update(self, samples: Sequence[Sample], token_loss: TokenLoss) -> dict[str, float]:
+        """Accumulate the token-mean loss over ``samples`` and take one optimizer step.
+
+        Returns the loss, the other statistics ``token_loss`` reported (token means) and the
+        gradient norm before clipping.
+        """
+        tokens = sum(len(sample.response_ids) for sample in samples)
+        if tokens == 0:
+            raise ValueError("an update needs at least one response token; every sample's response was empty")
+        self.optimizer.zero_grad(set_to_none=True)
+        totals: dict[str, float] = {"loss": 0.0}
+        lengths = [len(sample.prompt_ids) + len(sample.response_ids) for sample in samples]
+        for indices in micro_batches(lengths, self.token_budget):
+            chunk = [samples[i] for i in indices]
+            batch = self.pack(chunk)
+            loss, stats = token_loss(response_logprobs(self.model, batch), batch, chunk)
+            (loss / tokens).backward()
+            totals["loss"] += loss.item()
+            for name, value in stats.items():
+                totals[name] = totals.get(name, 0.0) + value
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
+        with self.engine.updating_weights() if self.engine is not None else nullcontext():
+            self.optimizer.step()
+        self.step += 1
+        return {**{name: value / tokens for name, value in totals.items()}, "grad_norm": float(grad_norm)}
+
+    def pack(self, samples: Sequence[Sample]) -> PackedBatch:
+        return pack(
+            [s.prompt_ids for s in samples], [s.response_ids for s in samples], pad_id=self.pad_id, device=self.device
+        )
+
+    @torch.no_grad()
+    def logprobs(self, samples: Sequence[Sample], model: PreTrainedModel | None = None) -> list[list[float]]:
+        """Each sample's response-token logprobs under ``model`` (the policy by default), batched by budget."""
+        scorer = model or self.model
+        result: list[list[float]] = [[] for _ in samples]
+        lengths = [len(sample.prompt_ids) + len(sample.response_ids) for sample in samples]
+        for indices in micro_batches(lengths, self.token_budget):
+            chunk = [samples[i] for i in indices]
+            scores = response_logprobs(scorer, self.pack(chunk))
+            for row, index in enumerate(indices):
+                result[index] = scores[row, : len(samples[index].response_ids)].tolist()
+        return result
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.device
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer.state_dict(), "step": self.step}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.step = int(state["step"])
