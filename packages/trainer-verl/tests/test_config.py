@@ -68,7 +68,7 @@ def test_every_field_lands_where_verl_reads_it(tmp_path: Path) -> None:
     assert need_reference_policy(verl)
 
 
-@pytest.mark.parametrize("algorithm", ["grpo", "reinforce_plus_plus", "rloo", "gae"])
+@pytest.mark.parametrize("algorithm", ["grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "gae"])
 def test_verl_accepts_the_config_for_every_estimator(tiny_model: Path, algorithm: str) -> None:
     # (No LoRA here: verl checks a LoRA rank against the installed vLLM, which a CPU machine lacks.)
     config = VerlConfig(model=str(tiny_model), algorithm=algorithm, kl_coef=0.001)  # type: ignore[arg-type]

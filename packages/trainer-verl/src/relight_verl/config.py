@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Estimator", "VerlConfig", "to_verl_config"]
 
-Estimator = Literal["grpo", "reinforce_plus_plus", "rloo", "gae"]
+Estimator = Literal["grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "gae"]
 """verl's advantage estimators that relight drives; ``gae`` is PPO with a critic."""
 
 
