@@ -1,4 +1,8 @@
-"""The built-in store backends, registered through the same hook a third-party plugin uses."""
+"""The built-in store backends, registered through the same hook a third-party plugin uses.
+
+Each factory imports its backend when called, so opening a memory store never imports SQLite or
+the HTTP client.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +18,21 @@ def _open_memory(url: str, **options: Any) -> Any:
     return InMemoryStore(**options)
 
 
+def _open_sqlite(url: str, **options: Any) -> Any:
+    from relight.stores.sqlite import SqliteStore
+
+    return SqliteStore.from_url(url, **options)
+
+
+def _open_http(url: str, **options: Any) -> Any:
+    from relight.stores.http import HttpStore
+
+    return HttpStore(url, **options)
+
+
 @hookimpl
 def relight_register_stores(register: Callable[[str, Callable[..., Any]], None]) -> None:
     register("memory", _open_memory)
+    register("sqlite", _open_sqlite)
+    register("http", _open_http)
+    register("https", _open_http)

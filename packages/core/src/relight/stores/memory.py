@@ -42,8 +42,8 @@ class InMemoryStore:
         self._attempts: dict[str, list[Attempt]] = {}
         self._running: dict[str, tuple[str, int]] = {}
         """attempt id → (rollout id, index in its rollout's attempts), for the running ones."""
-        self._spans: dict[tuple[str, str], dict[str, Span]] = {}
-        """(rollout id, attempt id) → span id → span."""
+        self._spans: dict[str, dict[tuple[str, str], Span]] = {}
+        """rollout id → (attempt id, span id) → span, in arrival order."""
         self._span_count = 0
         self._sequence = itertools.count()
         self._resources: list[Resources] = []
@@ -190,17 +190,17 @@ class InMemoryStore:
         for span in spans:
             self._get(span.rollout_id)
         for span in spans:
-            by_id = self._spans.setdefault((span.rollout_id, span.attempt_id), {})
-            if span.span_id not in by_id:
-                by_id[span.span_id] = span.model_copy(update={"sequence_id": next(self._sequence)})
+            stored = self._spans.setdefault(span.rollout_id, {})
+            key = (span.attempt_id, span.span_id)
+            if key not in stored:
+                stored[key] = span.model_copy(update={"sequence_id": next(self._sequence)})
                 self._span_count += 1
 
     async def query_spans(self, rollout_id: str, attempt_id: str | None = None) -> list[Span]:
         self._check_open()
         self._get(rollout_id)
-        attempt_ids = [attempt_id] if attempt_id is not None else [a.attempt_id for a in self._attempts[rollout_id]]
-        spans = [span for aid in attempt_ids for span in self._spans.get((rollout_id, aid), {}).values()]
-        return sorted(spans, key=lambda s: s.sequence_id or 0)
+        stored = self._spans.get(rollout_id, {}).values()
+        return [span for span in stored if attempt_id is None or span.attempt_id == attempt_id]
 
     # -- resources ----------------------------------------------------------------------------
 

@@ -441,6 +441,11 @@ class StoreConformance:
         assert len(await store.query_spans(rid)) == 3
         assert await store.query_spans(rid, "no-such-attempt") == []
 
+    async def test_spans_are_kept_whatever_attempt_they_name(self, store: Store) -> None:
+        (rollout,) = await _queued(store)
+        await store.add_spans([make_span(rollout.rollout_id, "before-any-claim", "s-1")])
+        assert [s.attempt_id for s in await store.query_spans(rollout.rollout_id)] == ["before-any-claim"]
+
     async def test_spans_of_an_unknown_rollout_are_refused_whole(self, store: Store) -> None:
         attempt = await _claimed(store)
         batch = [make_span(attempt.rollout_id, attempt.attempt_id, "s-1"), make_span("ro-missing", "a", "s-2")]

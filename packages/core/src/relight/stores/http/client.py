@@ -1,0 +1,241 @@
+"""The HTTP store client: a :class:`relight.store.Store` that talks to ``relight store serve``.
+
+Open it with ``relight.open_store("http://host:8765", token=...)`` (or ``https://``); the token
+may come from ``RELIGHT_STORE_TOKEN`` instead. Errors come back as the exception classes the server's
+store raised. One ``add_spans`` call is one POST (split only when it would exceed the server's body
+limit); agents should hand spans to a :class:`relight.batcher.SpanBatcher` rather than await a round
+trip per span. ``claim`` and ``wait`` long-poll: each request is held by the server until there is an
+answer or its poll limit passes, and is then repeated until the caller's own timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Mapping, Sequence
+
+import httpx
+from pydantic import BaseModel, JsonValue
+
+from relight.errors import ConfigError, StoreError
+from relight.models import (
+    Attempt,
+    AttemptStatus,
+    Mode,
+    Resources,
+    Rollout,
+    RolloutRequest,
+    RolloutStatus,
+    Span,
+    StoreStats,
+)
+from relight.store import DEFAULT_LEASE_SECONDS
+from relight.stores import _rules
+from relight.stores._changes import deadline_after
+from relight.stores.http import _wire
+from relight.stores.http._wire import (
+    ATTEMPTS,
+    CLAIMED,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_POLL_SECONDS,
+    ROLLOUTS,
+    SPANS,
+    CancelBody,
+    ClaimBody,
+    EnqueueBody,
+    FinishBody,
+    HeartbeatBody,
+    PublishBody,
+    WaitBody,
+)
+
+__all__ = ["HttpStore"]
+
+TOKEN_ENV = "RELIGHT_STORE_TOKEN"
+
+
+class HttpStore:
+    """A :class:`relight.store.Store` served by a relight store server at ``url``.
+
+    Args:
+        url: ``http://host:port`` or ``https://host:port``.
+        token: the server's bearer token; defaults to ``RELIGHT_STORE_TOKEN``.
+        timeout: seconds to wait for a reply beyond any long poll.
+        poll_seconds: how long one long-poll request asks the server to hold on.
+        max_request_bytes: the server's body limit; larger span batches are split to fit.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        token: str | None = None,
+        timeout: float = 30.0,
+        poll_seconds: float = DEFAULT_MAX_POLL_SECONDS,
+        max_request_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    ) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise ConfigError(f"HTTP store URL {url!r} must start with http:// or https://")
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+        self.poll_seconds = poll_seconds
+        self.max_request_bytes = max_request_bytes
+        token = token or os.environ.get(TOKEN_ENV) or None
+        headers = {"content-type": "application/json"}
+        if token:
+            headers["authorization"] = f"Bearer {token}"
+        self._client = httpx.AsyncClient(base_url=self.url + _wire.PREFIX, headers=headers, timeout=timeout)
+        self._closed = False
+
+    # -- rollouts -----------------------------------------------------------------------------
+
+    async def enqueue(self, requests: Sequence[RolloutRequest]) -> list[Rollout]:
+        return ROLLOUTS.validate_json(await self._post("/rollouts", EnqueueBody(requests=list(requests))))
+
+    async def claim(
+        self,
+        worker_id: str,
+        *,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        timeout: float = 0.0,
+        mode: Mode | None = None,
+    ) -> tuple[Rollout, Attempt] | None:
+        _rules.check_lease_seconds(lease_seconds)
+        deadline = deadline_after(timeout)
+        while True:
+            poll = self._next_poll(deadline)
+            body = ClaimBody(worker_id=worker_id, lease_seconds=lease_seconds, timeout=poll or 0.0, mode=mode)
+            claimed = CLAIMED.validate_json(await self._post("/claim", body, poll=poll))
+            if claimed is not None:
+                return claimed.rollout, claimed.attempt
+            if self._past(deadline):
+                return None
+
+    async def heartbeat(
+        self, rollout_id: str, attempt_id: str, *, lease_seconds: float = DEFAULT_LEASE_SECONDS
+    ) -> Attempt:
+        _rules.check_lease_seconds(lease_seconds)
+        body = HeartbeatBody(rollout_id=rollout_id, attempt_id=attempt_id, lease_seconds=lease_seconds)
+        return Attempt.model_validate_json(await self._post("/heartbeat", body))
+
+    async def finish_attempt(
+        self,
+        rollout_id: str,
+        attempt_id: str,
+        status: AttemptStatus,
+        *,
+        error: str | None = None,
+    ) -> Rollout:
+        body = FinishBody(rollout_id=rollout_id, attempt_id=attempt_id, status=status, error=error)
+        return Rollout.model_validate_json(await self._post("/finish", body))
+
+    async def cancel(self, rollout_ids: Sequence[str]) -> list[Rollout]:
+        return ROLLOUTS.validate_json(await self._post("/cancel", CancelBody(rollout_ids=list(rollout_ids))))
+
+    async def wait(self, rollout_ids: Sequence[str], *, timeout: float | None = None) -> list[Rollout]:
+        deadline = deadline_after(timeout)
+        while True:
+            poll = self._next_poll(deadline)
+            body = WaitBody(rollout_ids=list(rollout_ids), timeout=poll)
+            rollouts = ROLLOUTS.validate_json(await self._post("/wait", body, poll=poll))
+            if all(rollout.is_finished for rollout in rollouts) or self._past(deadline):
+                return rollouts
+
+    async def get_rollout(self, rollout_id: str) -> Rollout:
+        return Rollout.model_validate_json(await self._get("/rollout", {"rollout_id": rollout_id}))
+
+    async def list_rollouts(
+        self,
+        *,
+        status: RolloutStatus | None = None,
+        mode: Mode | None = None,
+        group_id: str | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[Rollout]:
+        _rules.check_page(limit, offset)
+        params = {"status": status, "mode": mode, "group_id": group_id, "limit": limit, "offset": offset}
+        return ROLLOUTS.validate_json(await self._get("/rollouts", params))
+
+    async def list_attempts(self, rollout_id: str) -> list[Attempt]:
+        return ATTEMPTS.validate_json(await self._get("/attempts", {"rollout_id": rollout_id}))
+
+    # -- spans --------------------------------------------------------------------------------
+
+    async def add_spans(self, spans: Sequence[Span]) -> None:
+        self._check_open()
+        if spans:
+            await self._post_spans(spans, SPANS.dump_json(list(spans)))
+
+    async def _post_spans(self, spans: Sequence[Span], payload: bytes) -> None:
+        if len(payload) <= self.max_request_bytes:
+            await self._request("POST", "/spans", content=payload)
+            return
+        if len(spans) == 1:
+            raise ConfigError(
+                f"span {spans[0].span_id!r} is {len(payload)} bytes as JSON, over the store server's limit of "
+                f"{self.max_request_bytes} bytes; trim its attributes"
+            )
+        half = len(spans) // 2
+        for part in (spans[:half], spans[half:]):
+            await self._post_spans(part, SPANS.dump_json(list(part)))
+
+    async def query_spans(self, rollout_id: str, attempt_id: str | None = None) -> list[Span]:
+        return SPANS.validate_json(await self._get("/spans", {"rollout_id": rollout_id, "attempt_id": attempt_id}))
+
+    # -- resources ----------------------------------------------------------------------------
+
+    async def publish_resources(self, items: Mapping[str, JsonValue]) -> Resources:
+        return Resources.model_validate_json(await self._post("/resources", PublishBody(items=dict(items))))
+
+    async def get_resources(self, version: int | None = None) -> Resources:
+        return Resources.model_validate_json(await self._get("/resources", {"version": version}))
+
+    async def stats(self) -> StoreStats:
+        return StoreStats.model_validate_json(await self._get("/stats", {}))
+
+    async def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            await self._client.aclose()
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise _rules.closed()
+
+    def _next_poll(self, deadline: float | None) -> float | None:
+        """How long the next long-poll request should ask the server to hold on."""
+        if deadline is None:
+            return self.poll_seconds
+        return min(self.poll_seconds, max(0.0, deadline - asyncio.get_running_loop().time()))
+
+    def _past(self, deadline: float | None) -> bool:
+        return deadline is not None and asyncio.get_running_loop().time() >= deadline
+
+    async def _get(self, path: str, params: Mapping[str, object]) -> bytes:
+        query = {key: str(value) for key, value in params.items() if value is not None}
+        return await self._request("GET", path, params=query)
+
+    async def _post(self, path: str, body: BaseModel, *, poll: float | None = None) -> bytes:
+        return await self._request("POST", path, content=body.model_dump_json().encode(), poll=poll)
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        content: bytes | None = None,
+        params: Mapping[str, str] | None = None,
+        poll: float | None = None,
+    ) -> bytes:
+        self._check_open()
+        timeout = self.timeout + (poll or 0.0)
+        try:
+            response = await self._client.request(method, path, content=content, params=params, timeout=timeout)
+        except httpx.TransportError as error:
+            raise StoreError(f"could not reach the store server at {self.url}: {error!r}") from error
+        if response.is_success:
+            return response.content
+        raise _wire.error_from_reply(response.status_code, response.content, self.url)

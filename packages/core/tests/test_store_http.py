@@ -1,0 +1,182 @@
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from relight import open_store
+from relight.errors import ConfigError, StoreError
+from relight.models import AttemptStatus, RolloutRequest, RolloutStatus
+from relight.store import Store
+from relight.stores.http import HttpStore
+from relight.stores.http.server import check_exposure, running_server
+from relight.stores.memory import InMemoryStore
+from relight.stores.sqlite import SqliteStore
+from relight.testing.store import SETTLE, ManualClock, StoreConformance, make_span
+
+
+class TestHttpStoreOverSqlite(StoreConformance):
+    @pytest.fixture
+    async def store(self, clock: ManualClock, tmp_path: Path) -> AsyncIterator[Store]:
+        with running_server(SqliteStore(tmp_path / "store.db", clock=clock)) as url:
+            client = HttpStore(url)
+            yield client
+            await client.close()
+
+
+def _span_json(**overrides: object) -> dict[str, object]:
+    span: dict[str, object] = {
+        "rollout_id": "r",
+        "attempt_id": "a",
+        "span_id": "s",
+        "trace_id": "t",
+        "name": "n",
+        "start_time": 1,
+        "end_time": 2,
+    }
+    span.update(overrides)
+    return span
+
+
+async def test_a_token_is_required_when_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RELIGHT_STORE_TOKEN", raising=False)
+    with running_server(InMemoryStore(), token="s3cret") as url:
+        anonymous, wrong = HttpStore(url), HttpStore(url, token="guess")
+        monkeypatch.setenv("RELIGHT_STORE_TOKEN", "s3cret")
+        from_env = HttpStore(url)
+        try:
+            for client in (anonymous, wrong):
+                with pytest.raises(StoreError, match="Bearer"):
+                    await client.stats()
+            assert (await from_env.stats()).spans == 0
+            async with httpx.AsyncClient(base_url=url) as raw:
+                reply = await raw.get("/v1/health")
+            assert reply.status_code == 401
+            assert reply.headers["www-authenticate"] == "Bearer"
+        finally:
+            for client in (anonymous, wrong, from_env):
+                await client.close()
+
+
+def test_serving_beyond_loopback_needs_a_token() -> None:
+    with pytest.raises(ConfigError, match="without a token"), running_server(InMemoryStore(), host="0.0.0.0"):
+        pass
+    for host in ("127.0.0.1", "localhost", "::1"):
+        check_exposure(host, None)
+    check_exposure("0.0.0.0", "s3cret")
+    with pytest.raises(ConfigError, match=r"store\.example\.com"):
+        check_exposure("store.example.com", None)
+
+
+async def test_bodies_over_the_limit_are_refused_with_the_reason() -> None:
+    store = InMemoryStore()
+    (rollout,) = await store.enqueue([RolloutRequest(input="x", rollout_id="r")])
+    with running_server(store, max_body_bytes=10_000) as url:
+        async with httpx.AsyncClient(base_url=url) as raw:
+            declared = await raw.post("/v1/spans", content=b"[" + b" " * 20_000 + b"]")
+
+            async def chunks() -> AsyncIterator[bytes]:
+                for _ in range(20):
+                    yield b" " * 1000
+
+            streamed = await raw.post("/v1/spans", content=chunks())
+        for reply in (declared, streamed):
+            assert reply.status_code == 413
+            assert reply.json()["error"] == "ContentTooLarge"
+            assert "limit of 10000 bytes" in reply.json()["detail"]
+
+        client = HttpStore(url, max_request_bytes=10_000)
+        try:
+            spans = [make_span("r", "a", f"s-{i}", attributes={"text": "x" * 400}) for i in range(100)]
+            await client.add_spans(spans)
+            assert [s.span_id for s in await client.query_spans("r")] == [s.span_id for s in spans]
+            with pytest.raises(ConfigError, match="over the store server's limit"):
+                await client.add_spans([make_span("r", "a", "huge", attributes={"text": "x" * 20_000})])
+        finally:
+            await client.close()
+    assert rollout.rollout_id == "r"
+
+
+async def test_bad_bodies_get_422_naming_the_fields() -> None:
+    with running_server(InMemoryStore()) as url:
+        async with httpx.AsyncClient(base_url=url) as raw:
+            spans = await raw.post("/v1/spans", json=[_span_json(), _span_json(attempt_id=None, end_time=0)])
+            enqueue = await raw.post("/v1/rollouts", json={"requests": [{"input": 1, "max_attempts": 0}]})
+            not_json = await raw.post("/v1/spans", content=b"{not json")
+            listing = await raw.get("/v1/rollouts", params={"status": "exploded", "limit": -1})
+    assert spans.status_code == 422
+    assert spans.json()["error"] == "ValidationError"
+    assert "body.1.attempt_id" in spans.json()["detail"]
+    assert {tuple(e["loc"]) for e in spans.json()["errors"]} == {("body", 1, "attempt_id")}
+    assert enqueue.status_code == 422
+    assert "body.requests.0.max_attempts" in enqueue.json()["detail"]
+    assert not_json.status_code == 422
+    assert listing.status_code == 422
+    assert "query.status" in listing.json()["detail"]
+    assert "query.limit" in listing.json()["detail"]
+
+
+async def test_store_errors_map_to_statuses() -> None:
+    store = InMemoryStore()
+    await store.enqueue([RolloutRequest(input="x", rollout_id="r")])
+    claimed = await store.claim("w1")
+    assert claimed is not None
+    await store.finish_attempt("r", claimed[1].attempt_id, AttemptStatus.SUCCEEDED)
+    with running_server(store) as url:
+        async with httpx.AsyncClient(base_url=url) as raw:
+            missing = await raw.get("/v1/rollout", params={"rollout_id": "nope"})
+            lost = await raw.post("/v1/heartbeat", json={"rollout_id": "r", "attempt_id": claimed[1].attempt_id})
+            running = await raw.post(
+                "/v1/finish", json={"rollout_id": "r", "attempt_id": claimed[1].attempt_id, "status": "running"}
+            )
+    assert (missing.status_code, missing.json()["error"]) == (404, "NotFoundError")
+    assert (lost.status_code, lost.json()["error"]) == (409, "LeaseLostError")
+    assert (running.status_code, running.json()["error"]) == (422, "ConfigError")
+
+
+async def test_long_polls_are_repeated_until_the_callers_timeout() -> None:
+    with running_server(InMemoryStore(), max_poll_seconds=0.02) as url:
+        client = HttpStore(url)
+        try:
+            assert await client.claim("w1", timeout=0.1) is None
+            waiting = asyncio.create_task(client.claim("w1", timeout=SETTLE))
+            done, _ = await asyncio.wait({waiting}, timeout=0.2)  # many server-side polls
+            assert not done
+            (rollout,) = await client.enqueue([RolloutRequest(input="x")])
+            claimed = await asyncio.wait_for(waiting, SETTLE)
+            assert claimed is not None
+            assert claimed[0].rollout_id == rollout.rollout_id
+            waiting_for_end = asyncio.create_task(client.wait([rollout.rollout_id]))
+            done, _ = await asyncio.wait({waiting_for_end}, timeout=0.2)
+            assert not done
+            await client.finish_attempt(rollout.rollout_id, claimed[1].attempt_id, AttemptStatus.SUCCEEDED)
+            (finished,) = await asyncio.wait_for(waiting_for_end, SETTLE)
+            assert finished.status is RolloutStatus.SUCCEEDED
+        finally:
+            await client.close()
+
+
+async def test_an_unreachable_server_is_a_store_error() -> None:
+    with running_server(InMemoryStore()) as url:
+        pass  # the port is free again once the server has stopped
+    client = HttpStore(url)
+    try:
+        with pytest.raises(StoreError, match="could not reach"):
+            await client.stats()
+    finally:
+        await client.close()
+    with pytest.raises(ConfigError, match="http://"):
+        HttpStore("ftp://example.com")
+
+
+async def test_open_store_by_url(tmp_path: Path) -> None:
+    memory = open_store("memory://")
+    sqlite = open_store(f"sqlite:///{tmp_path}/by-url.db")
+    assert isinstance(memory, InMemoryStore)
+    assert isinstance(sqlite, SqliteStore)
+    await sqlite.close()
+    with running_server(InMemoryStore(), token="t") as url:
+        for http in (open_store(url, token="t"), open_store(url.replace("http://", "https://"), token="t")):
+            assert isinstance(http, HttpStore)
+            await http.close()
