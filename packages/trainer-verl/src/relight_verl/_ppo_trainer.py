@@ -107,12 +107,12 @@ class RelightPPOTrainer(RayPPOTrainer):
     def start(self) -> list[str]:
         """Start the workers and vLLM replicas, resume if configured, and serve the current weights.
 
-        Returns the replicas' OpenAI base URLs, one gateway upstream each.
+        Returns the replicas' addresses as verl reports them (``host:port``, ``[v6]:port``).
         """
         self.init_workers()  # ends with the replicas asleep
         self._load_checkpoint()  # honours trainer.resume_mode / resume_from_path; sets global_steps
         self.checkpoint_manager.update_weights(self.global_steps)
-        return [f"http://{address}/v1" for address in self.llm_server_manager.get_addresses()]
+        return list(self.llm_server_manager.get_addresses())
 
     def step(
         self, batch: DataProto, *, recompute_old_log_probs: bool, save_to: Path | None = None

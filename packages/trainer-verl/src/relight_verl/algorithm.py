@@ -35,7 +35,12 @@ if TYPE_CHECKING:
     from relight_verl._ppo_trainer import RelightPPOTrainer
     from relight_verl.metrics import MetricsLog
 
-__all__ = ["VerlAlgorithm"]
+__all__ = ["VerlAlgorithm", "replica_base_url"]
+
+
+def replica_base_url(address: str) -> str:
+    """The OpenAI base URL of a vLLM replica verl reports at ``address`` (``10.0.0.5:8000``, ``[::1]:8000``)."""
+    return f"http://{address}/v1"
 
 
 class VerlAlgorithm:
@@ -82,7 +87,7 @@ class VerlAlgorithm:
             verl_config = to_verl_config(self.config)
             connect_ray(verl_config, self.config.ray_address)
             trainer = RelightPPOTrainer(verl_config)
-            self._urls = trainer.start()
+            self._urls = [replica_base_url(address) for address in trainer.start()]
             self._metrics = MetricsLog(
                 self.metrics_file,
                 loggers=self.config.loggers,
