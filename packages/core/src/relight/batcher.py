@@ -14,6 +14,7 @@ import logging
 import threading
 from collections.abc import Sequence
 
+from relight.errors import NotFoundError
 from relight.models import Span
 from relight.store import Store
 
@@ -44,18 +45,25 @@ class SpanBatcher:
         self.submit_many((span,))
 
     def submit_many(self, spans: Sequence[Span]) -> None:
-        if self._closed:
-            logger.warning("relight: %d span(s) submitted after the batcher closed were dropped", len(spans))
-            self.failed += len(spans)
-            return
         with self._lock:
-            first = not self._buffer
-            self._buffer.extend(spans)
-        if first:
-            if _on_loop(self._loop):
-                self._mark_pending()
+            closed = self._closed
+            first = not closed and not self._buffer
+            if closed:
+                self.failed += len(spans)
             else:
+                self._buffer.extend(spans)
+        if closed:
+            logger.warning("relight: %d span(s) submitted after the batcher closed were dropped", len(spans))
+        elif first and _on_loop(self._loop):
+            self._mark_pending()
+        elif first:
+            try:
                 self._loop.call_soon_threadsafe(self._mark_pending)
+            except RuntimeError:  # the store's loop has closed: nothing will ever write these
+                with self._lock:
+                    self.failed += len(self._buffer)
+                    self._buffer.clear()
+                logger.warning("relight: span(s) dropped: the event loop of the span batcher has closed")
 
     async def flush(self) -> None:
         """Return once every span submitted before the call has been written (or failed)."""
@@ -66,9 +74,10 @@ class SpanBatcher:
         await self._idle.wait()
 
     async def aclose(self) -> None:
-        """Write what is buffered, then stop."""
+        """Write what is buffered, then stop; spans submitted from now on are dropped and counted."""
+        with self._lock:
+            self._closed = True
         await self.flush()
-        self._closed = True
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
@@ -86,14 +95,27 @@ class SpanBatcher:
                     batch, self._buffer = self._buffer[: self.max_batch], self._buffer[self.max_batch :]
                 if not batch:
                     break
-                try:
-                    await self.store.add_spans(batch)
-                    self.written += len(batch)
-                except Exception:
-                    self.failed += len(batch)
-                    logger.exception("relight: could not write %d span(s) to the store", len(batch))
+                await self._write(batch)
             if not self._wake.is_set():
                 self._idle.set()
+
+    async def _write(self, batch: list[Span]) -> None:
+        try:
+            await self.store.add_spans(batch)
+            self.written += len(batch)
+        except NotFoundError:
+            by_rollout: dict[str, list[Span]] = {}
+            for span in batch:
+                by_rollout.setdefault(span.rollout_id, []).append(span)
+            if len(by_rollout) == 1:
+                self.failed += len(batch)
+                logger.exception("relight: dropped %d span(s) of a rollout the store does not know", len(batch))
+            else:  # one unknown rollout must not cost the others their spans
+                for spans in by_rollout.values():
+                    await self._write(spans)
+        except Exception:
+            self.failed += len(batch)
+            logger.exception("relight: could not write %d span(s) to the store", len(batch))
 
 
 def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
