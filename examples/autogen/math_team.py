@@ -1,0 +1,140 @@
+"""AutoGen AgentChat agents written as AutoGen users write them, made trainable by relight.
+
+A team of two ``AssistantAgent``s answers an arithmetic question: the ``solver`` works it out with a
+calculator tool, the ``reviewer`` approves. The same solver also runs alone. The only
+relight-specific lines are ``relight.instrument("autogen")``, the model client's
+``base_url``/``api_key``/``model`` taken from the ``llm`` handle, and the returned reward.
+
+Run both in dev mode (no training) against a scripted model on 127.0.0.1, or any OpenAI-compatible
+endpoint::
+
+    python examples/autogen/math_team.py
+    python examples/autogen/math_team.py --base-url http://localhost:8000/v1 --model Qwen/Qwen2.5-0.5B-Instruct
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import operator
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from autogen_agentchat.agents import AssistantAgent
+from autogen_agentchat.base import TaskResult
+from autogen_agentchat.conditions import MaxMessageTermination, TextMentionTermination
+from autogen_agentchat.messages import BaseAgentEvent, BaseChatMessage
+from autogen_agentchat.teams import RoundRobinGroupChat
+from autogen_core.models import ModelInfo
+from autogen_ext.models.openai import OpenAIChatCompletionClient
+
+import relight
+from relight.testing.upstream import Reply, ScriptedUpstream, ScriptRequest, ToolCall
+
+SOLVER_PROMPT = "You are the solver. Use the calculator, then reply 'Answer: <number>'."
+REVIEWER_PROMPT = "You are the reviewer. Check the solver's answer and reply APPROVED when it is right."
+
+_OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
+
+
+def calculator(expression: str) -> str:
+    """Evaluate an arithmetic expression with + - * / and parentheses."""
+
+    def evaluate(node: ast.AST) -> float:
+        if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
+            return node.value
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
+            return _OPERATORS[type(node.op)](evaluate(node.left), evaluate(node.right))
+        raise ValueError(f"not arithmetic: {ast.unparse(node)}")
+
+    value = evaluate(ast.parse(expression, mode="eval").body)
+    return str(int(value) if value == int(value) else value)
+
+
+def model_client(llm: Any) -> OpenAIChatCompletionClient:
+    """The agents' model client, pointed at relight's gateway for this rollout."""
+    info = ModelInfo(vision=False, function_calling=True, json_output=False, family="unknown", structured_output=False)
+    return OpenAIChatCompletionClient(model=llm.model, base_url=llm.base_url, api_key=llm.api_key, model_info=info)
+
+
+def solver(llm: Any, *, stream: bool = False) -> AssistantAgent:
+    return AssistantAgent(
+        "solver",
+        model_client=model_client(llm),
+        tools=[calculator],
+        system_message=SOLVER_PROMPT,
+        reflect_on_tool_use=True,
+        model_client_stream=stream,
+    )
+
+
+def team(llm: Any, *, stream: bool = False) -> RoundRobinGroupChat:
+    """solver then reviewer, until the reviewer approves."""
+    reviewer = AssistantAgent(
+        "reviewer", model_client=model_client(llm), system_message=REVIEWER_PROMPT, model_client_stream=stream
+    )
+    done = TextMentionTermination("APPROVED") | MaxMessageTermination(8)
+    return RoundRobinGroupChat([solver(llm, stream=stream), reviewer], termination_condition=done)
+
+
+def score(messages: Sequence[BaseAgentEvent | BaseChatMessage], expected: float) -> float:
+    """1.0 when the solver's last answer states the expected number, else 0.0."""
+    answers = [m.to_text() for m in messages if isinstance(m, BaseChatMessage) and m.source == "solver"]
+    found = re.search(r"Answer:\s*(-?[\d.]+)", answers[-1]) if answers else None
+    return 1.0 if found is not None and float(found.group(1)) == expected else 0.0
+
+
+relight.instrument("autogen")
+
+
+@relight.rollout
+async def solve_with_team(task: dict[str, Any], llm: Any) -> float:
+    """One rollout of the team on ``task["question"]``, rewarded for a correct ``task["answer"]``."""
+    result: TaskResult = await team(llm).run(task=task["question"])
+    return score(result.messages, task["answer"])
+
+
+@relight.rollout
+async def solve_alone(task: dict[str, Any], llm: Any) -> float:
+    """One rollout of the solver on its own."""
+    result: TaskResult = await solver(llm).run(task=task["question"])
+    return score(result.messages, task["answer"])
+
+
+# -- dev mode -------------------------------------------------------------------------------------
+
+TASKS = [
+    {"question": "What is 17 * 23?", "answer": 391},
+    {"question": "What is 1024 / 8 - 28?", "answer": 100},
+    {"question": "What is (6 + 9) * 12?", "answer": 180},
+]
+
+
+def scripted_model(request: ScriptRequest) -> Reply | str:
+    """What a scripted model answers each agent, so the team runs offline: a stand-in for the policy."""
+    if "reviewer" in request.system:
+        return "APPROVED"
+    if request.tool_results:
+        return f"Answer: {request.tool_results[-1]}"
+    expression = re.search(r"What is (.+)\?", request.last_user)
+    return Reply(tool_calls=[ToolCall("calculator", {"expression": expression.group(1) if expression else "0"})])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Run the team and the lone solver once per task in dev mode.")
+    parser.add_argument("--base-url", help="an OpenAI-compatible endpoint; a scripted model on 127.0.0.1 by default")
+    parser.add_argument("--model", default="scripted")
+    args = parser.parse_args()
+    trainer = relight.Trainer()
+    if args.base_url is not None:
+        for agent in (solve_with_team, solve_alone):
+            trainer.dev(agent, TASKS, base_url=args.base_url, model=args.model)
+        return
+    with ScriptedUpstream(scripted_model) as upstream:
+        for agent in (solve_with_team, solve_alone):
+            trainer.dev(agent, TASKS, base_url=upstream.base_url, model=upstream.model, api_key="unused", vllm=True)
+
+
+if __name__ == "__main__":
+    main()
