@@ -376,8 +376,8 @@ class SqliteStore:
                 extra={
                     "backend": "sqlite",
                     "path": str(self.path),
-                    "write_jobs": self._writer.jobs,
-                    "commits": self._writer.commits,
+                    "writes_since_open": self._writer.jobs,
+                    "commits_since_open": self._writer.commits,
                 },
             )
 

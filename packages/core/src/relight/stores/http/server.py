@@ -19,10 +19,12 @@ import asyncio
 import hmac
 import ipaddress
 import json
+import signal
 import socket
 import threading
 from collections.abc import Callable, Generator
 from contextlib import contextmanager
+from types import FrameType
 from typing import Annotated, Any
 
 import uvicorn
@@ -322,7 +324,7 @@ async def serve(
     on_ready: Callable[[str], None] | None = None,
     **app_options: Any,
 ) -> None:
-    """Serve ``store`` until the task is cancelled or the process gets SIGINT/SIGTERM, then close it.
+    """Serve ``store`` until the task is cancelled or the process gets SIGINT/SIGTERM; then close it.
 
     Args:
         port: 0 picks a free port; ``on_ready`` is called with the URL once the socket listens.
@@ -332,13 +334,36 @@ async def serve(
         ConfigError: ``host`` is beyond the loopback interface and there is no token.
     """
     server, sock, url = _prepare(store, host, port, token, **app_options)
+    with _stop_on_signals(server):
+        try:
+            if on_ready is not None:
+                on_ready(url)
+            await server.serve(sockets=[sock])
+        finally:
+            sock.close()
+            await store.close()
+
+
+@contextmanager
+def _stop_on_signals(server: uvicorn.Server) -> Generator[None]:
+    """Let SIGINT and SIGTERM stop the server gracefully, also before uvicorn has started listening.
+
+    uvicorn handles them while it serves, then raises them again once it has stopped; this handler
+    is the one they reach then, so ``serve`` returns normally and the store is closed.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        server.should_exit = True
+
+    previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
-        if on_ready is not None:
-            on_ready(url)
-        await server.serve(sockets=[sock])
+        yield
     finally:
-        sock.close()
-        await store.close()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 @contextmanager

@@ -1,0 +1,5 @@
+import sys
+
+from relight.cli import main
+
+sys.exit(main())

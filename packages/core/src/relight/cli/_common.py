@@ -1,0 +1,82 @@
+"""What the commands share: the ``--store`` option, opening the store, and reading spans."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TypeVar
+
+from relight import semconv
+from relight.errors import ConfigError
+from relight.models import Span, SpanKind
+from relight.plugins import open_store
+from relight.store import Store
+
+T = TypeVar("T")
+
+STORE_ENV = "RELIGHT_STORE"
+
+AddCommand = Callable[..., argparse.ArgumentParser]
+"""``add_parser`` of the ``relight`` subcommands: ``add_command(name, help=..., description=...)``."""
+
+
+def add_store_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--store",
+        metavar="URL",
+        default=os.environ.get(STORE_ENV),
+        help=f"the store: sqlite:///path.db, http://host:port or memory:// (default: ${STORE_ENV})",
+    )
+
+
+def store_url(args: argparse.Namespace) -> str:
+    url: str | None = args.store
+    if not url:
+        raise ConfigError(f"no store given: pass --store URL or set {STORE_ENV}, e.g. sqlite:///runs/store.db")
+    return url
+
+
+def with_store(args: argparse.Namespace, use: Callable[[Store], Awaitable[T]]) -> T:
+    """Open the store named on the command line, run ``use`` with it, and close it."""
+
+    async def run() -> T:
+        store = open_store(store_url(args))
+        try:
+            return await use(store)
+        finally:
+            await store.close()
+
+    return asyncio.run(run())
+
+
+def reward_of(spans: Iterable[Span]) -> float | None:
+    """The sum of the reward spans' values, or None when there are none."""
+    rewards = [
+        float(value)
+        for span in spans
+        if span.kind is SpanKind.REWARD
+        and isinstance(value := span.attributes.get(semconv.REWARD), int | float)
+        and not isinstance(value, bool)
+    ]
+    return sum(rewards) if rewards else None
+
+
+def format_reward(reward: float | None) -> str:
+    return "–" if reward is None else f"{reward:g}"
+
+
+STATUS_STYLES = {
+    "queued": "cyan",
+    "running": "yellow",
+    "succeeded": "green",
+    "failed": "red",
+    "timed_out": "red",
+    "expired": "red",
+    "cancelled": "dim",
+}
+
+
+def styled_status(status: str) -> str:
+    return f"[{STATUS_STYLES.get(status, 'default')}]{status}[/]"

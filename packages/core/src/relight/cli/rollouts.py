@@ -1,0 +1,172 @@
+"""``relight rollouts`` lists a store's rollouts; ``relight show`` draws one rollout's attempts and spans."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from rich.console import Console
+from rich.table import Table
+from rich.tree import Tree
+
+from relight import semconv
+from relight.cli._common import (
+    AddCommand,
+    add_store_option,
+    format_reward,
+    reward_of,
+    styled_status,
+    with_store,
+)
+from relight.models import Attempt, Mode, Rollout, RolloutStatus, Span
+from relight.store import Store
+
+
+def register(add_command: AddCommand) -> None:
+    listing = add_command(
+        "rollouts",
+        help="list rollouts with their status and reward",
+        description="List rollouts in the order they were queued, with the reward of each one's last attempt "
+        "(the sum of its reward spans).",
+    )
+    add_store_option(listing)
+    listing.add_argument("--status", type=RolloutStatus, choices=list(RolloutStatus), help="only rollouts with it")
+    listing.add_argument("--mode", type=Mode, choices=list(Mode), help="only train or only val rollouts")
+    listing.add_argument("--group", metavar="GROUP_ID", help="only rollouts of this group (task)")
+    listing.add_argument("--limit", type=int, default=50, metavar="N", help="show at most N (default: 50)")
+    listing.add_argument("--offset", type=int, default=0, metavar="N", help="skip the first N")
+    listing.set_defaults(run=list_rollouts)
+
+    show = add_command(
+        "show",
+        help="draw one rollout's attempts and spans as a tree",
+        description="Draw a rollout: each attempt, and under it the attempt's spans nested by parent, with their "
+        "kind, role, reward and token counts.",
+    )
+    show.add_argument("rollout_id", metavar="ROLLOUT_ID")
+    add_store_option(show)
+    show.set_defaults(run=show_rollout)
+
+
+def list_rollouts(args: argparse.Namespace) -> int:
+    async def read(store: Store) -> list[tuple[Rollout, float | None]]:
+        rollouts = await store.list_rollouts(
+            status=args.status, mode=args.mode, group_id=args.group, limit=args.limit, offset=args.offset
+        )
+        return [(rollout, await _last_attempt_reward(store, rollout)) for rollout in rollouts]
+
+    rows = with_store(args, read)
+    table = Table(title=f"{len(rows)} rollout(s)", title_justify="left")
+    table.add_column("id", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("mode", no_wrap=True)
+    table.add_column("group", overflow="fold")
+    table.add_column("attempts", justify="right", no_wrap=True)
+    table.add_column("reward", justify="right", no_wrap=True)
+    table.add_column("error", overflow="fold", ratio=1)
+    for rollout, reward in rows:
+        table.add_row(
+            rollout.rollout_id,
+            styled_status(rollout.status.value),
+            rollout.mode.value,
+            rollout.group_id,
+            f"{rollout.attempt_count}/{rollout.max_attempts}",
+            format_reward(reward),
+            _gist(rollout.error),
+        )
+    Console().print(table)
+    return 0
+
+
+async def _last_attempt_reward(store: Store, rollout: Rollout) -> float | None:
+    attempts = await store.list_attempts(rollout.rollout_id)
+    if not attempts:
+        return None
+    return reward_of(await store.query_spans(rollout.rollout_id, attempts[-1].attempt_id))
+
+
+def show_rollout(args: argparse.Namespace) -> int:
+    async def read(store: Store) -> tuple[Rollout, list[Attempt], list[Span]]:
+        rollout = await store.get_rollout(args.rollout_id)
+        return rollout, await store.list_attempts(rollout.rollout_id), await store.query_spans(rollout.rollout_id)
+
+    rollout, attempts, spans = with_store(args, read)
+    Console().print(rollout_tree(rollout, attempts, spans))
+    return 0
+
+
+def rollout_tree(rollout: Rollout, attempts: list[Attempt], spans: list[Span]) -> Tree:
+    """A rollout, its attempts, and each attempt's spans nested under their parents."""
+    tree = Tree(
+        f"[bold]rollout {rollout.rollout_id}[/]  {styled_status(rollout.status.value)}  {rollout.mode.value}  "
+        f"group {rollout.group_id}  reward {format_reward(_reward_of_last(attempts, spans))}"
+    )
+    tree.add(f"[dim]input[/] {_short(json.dumps(rollout.input, ensure_ascii=False))}")
+    by_attempt: dict[str, list[Span]] = {}
+    for span in spans:
+        by_attempt.setdefault(span.attempt_id, []).append(span)
+    for attempt in attempts:
+        took = f"{attempt.finished_at - attempt.started_at:.2f} s" if attempt.finished_at is not None else "running"
+        branch = tree.add(
+            f"[bold]attempt {attempt.number}[/] {attempt.attempt_id}  {styled_status(attempt.status.value)}  "
+            f"worker {attempt.worker_id}  {took}" + (f"  [red]{_gist(attempt.error)}[/]" if attempt.error else "")
+        )
+        _add_spans(branch, by_attempt.pop(attempt.attempt_id, []))
+    for attempt_id, orphans in by_attempt.items():
+        _add_spans(tree.add(f"[bold]spans of {attempt_id}[/] [dim](no such attempt)[/]"), orphans)
+    return tree
+
+
+def _reward_of_last(attempts: list[Attempt], spans: list[Span]) -> float | None:
+    if not attempts:
+        return None
+    return reward_of(span for span in spans if span.attempt_id == attempts[-1].attempt_id)
+
+
+def _add_spans(branch: Tree, spans: list[Span]) -> None:
+    ids = {span.span_id for span in spans}
+    children: dict[str | None, list[Span]] = {}
+    for span in spans:
+        children.setdefault(span.parent_id if span.parent_id in ids else None, []).append(span)
+
+    def add(parent: Tree, parent_id: str | None) -> None:
+        for span in children.get(parent_id, []):
+            add(parent.add(span_label(span)), span.span_id)
+
+    add(branch, None)
+
+
+def span_label(span: Span) -> str:
+    """One line about a span: name, kind and what RL cares about (role, reward, tokens, time, error)."""
+    attributes = span.attributes
+    parts = [f"{span.name} [cyan]\\[{span.kind.value}][/]"]
+    if (role := attributes.get(semconv.ROLE)) is not None:
+        parts.append(f"role [magenta]{role}[/]")
+    if (reward := attributes.get(semconv.REWARD)) is not None:
+        parts.append(f"reward [bold]{reward}[/]")
+    prompt = _token_count(span, semconv.GEN_AI_USAGE_INPUT_TOKENS, semconv.PROMPT_TOKEN_IDS)
+    response = _token_count(span, semconv.GEN_AI_USAGE_OUTPUT_TOKENS, semconv.RESPONSE_TOKEN_IDS)
+    if prompt is not None or response is not None:
+        parts.append(f"tokens {prompt if prompt is not None else '?'}→{response if response is not None else '?'}")
+    parts.append(f"[dim]{(span.end_time - span.start_time) / 1e6:.1f} ms[/]")
+    if span.status_code == "ERROR":
+        parts.append(f"[red]error {_gist(span.status_message) or ''}[/]")
+    return "  ".join(parts)
+
+
+def _token_count(span: Span, usage_key: str, ids_key: str) -> int | None:
+    usage = span.attributes.get(usage_key)
+    if isinstance(usage, int):
+        return usage
+    ids = span.attributes.get(ids_key)
+    return len(ids) if isinstance(ids, list) else None
+
+
+def _gist(error: str | None) -> str:
+    """The last line of an error: for a traceback, the line that says what went wrong."""
+    lines = (error or "").strip().splitlines()
+    return _short(lines[-1]) if lines else ""
+
+
+def _short(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
