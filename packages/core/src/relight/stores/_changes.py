@@ -62,6 +62,9 @@ class Changes:
             timeouts.append(max(0.0, next_expiry - self._clock()))
         if self.version != seen:
             return True
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancellation that lands
+        # as the event is set, which left a cancelled claim waiting out its whole timeout.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._event.wait(), min(timeouts, default=None))
+            async with asyncio.timeout(min(timeouts, default=None)):
+                await self._event.wait()
         return True
