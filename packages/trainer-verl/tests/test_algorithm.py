@@ -37,8 +37,13 @@ def test_it_is_a_relight_algorithm_found_by_name(monkeypatch: pytest.MonkeyPatch
     assert algorithm.resources() == {}
 
 
-def test_metrics_go_beside_the_checkpoints_unless_told(tmp_path: Path) -> None:
-    assert VerlAlgorithm(model="m", checkpoint_dir=str(tmp_path)).metrics_file == tmp_path / "metrics.jsonl"
+def test_checkpoints_go_to_an_absolute_path_and_metrics_beside_them_unless_told(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # Ray workers run elsewhere: a relative path must not reach them
+    algorithm = VerlAlgorithm(model="m", checkpoint_dir="runs/ckpt")
+    assert algorithm.config.checkpoint_dir == str(tmp_path / "runs" / "ckpt")
+    assert algorithm.metrics_file == tmp_path / "runs" / "ckpt" / "metrics.jsonl"
     assert VerlAlgorithm(model="m", metrics_file=tmp_path / "m.jsonl").metrics_file == tmp_path / "m.jsonl"
 
 
