@@ -4,6 +4,7 @@ The core: the data model, the store, the gateway, runners, transitions and plugi
 trainers and engines plug in through the ``relight`` entry-point group (see :mod:`relight.hookspecs`).
 """
 
+from relight.agent import LLM, Agent, rollout
 from relight.algorithm import Algorithm, UpstreamTarget
 from relight.context import AttemptRef, attempt_scope, current_attempt
 from relight.errors import (
@@ -31,12 +32,16 @@ from relight.models import (
     Transition,
 )
 from relight.plugins import open_store, plugin_manager
+from relight.runner import Runner
 from relight.store import Store
 from relight.tracing import emit_annotation, emit_reward
+from relight.trainer import Trainer
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "LLM",
+    "Agent",
     "Algorithm",
     "Attempt",
     "AttemptRef",
@@ -53,11 +58,13 @@ __all__ = [
     "Rollout",
     "RolloutRequest",
     "RolloutStatus",
+    "Runner",
     "Span",
     "SpanKind",
     "Store",
     "StoreError",
     "StoreStats",
+    "Trainer",
     "Transition",
     "UpstreamTarget",
     "__version__",
@@ -69,5 +76,6 @@ __all__ = [
     "instrument",
     "open_store",
     "plugin_manager",
+    "rollout",
     "uninstrument",
 ]
