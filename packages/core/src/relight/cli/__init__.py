@@ -13,12 +13,12 @@ from collections.abc import Sequence
 from rich.console import Console
 
 from relight import __version__
-from relight.cli import rollouts, stats, store
+from relight.cli import export, rollouts, stats, store
 from relight.errors import RelightError
 
 __all__ = ["COMMAND_GROUPS", "main"]
 
-COMMAND_GROUPS = (rollouts, stats, store)
+COMMAND_GROUPS = (rollouts, stats, store, export)
 
 _DESCRIPTION = """\
 Reinforcement learning for the agents you already have.

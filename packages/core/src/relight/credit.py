@@ -1,0 +1,168 @@
+"""Credit assignment: how an episode's rewards are shared among the LLM calls that earned them.
+
+A credit assigner is a function from an :class:`Episode` (its calls in order, the rewards and tool
+results recorded during it) to one reward per call. Assigners are made by factories registered
+by name through the ``relight_register_credit_assigners`` hook, the built-ins below included::
+
+    assign = credit_assigner("discounted", gamma=0.9)
+    rewards = assign(episode)
+
+Built-ins (``R`` is the episode's return: the sum of its rewards):
+
+* ``identical``: every call gets ``R`` (LightningRL's default).
+* ``discounted``: call ``i`` of ``n`` gets ``R * gamma ** (n - 1 - i)``: later calls, nearer the
+  outcome, get more.
+* ``per_step``: a reward goes to the call it follows (the last call that ended before it was
+  emitted; the first call if none had); with ``gamma``, each call gets its discounted reward-to-go.
+* ``air``: automatic intermediate rewards: a base assigner's credit plus, for each tool the call
+  led to, ``success`` or ``failure`` according to the tool span's ``relight.tool.success``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from relight.errors import ConfigError
+from relight.hookspecs import hookimpl
+
+__all__ = [
+    "Call",
+    "CreditAssigner",
+    "Episode",
+    "Event",
+    "air_credit",
+    "credit_assigner",
+    "discounted_credit",
+    "identical_credit",
+    "per_step_credit",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One LLM call of the episode, in the order the calls were made."""
+
+    role: str | None
+    start_time: int
+    """Nanoseconds since the epoch."""
+    end_time: int
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """Something recorded during the episode at ``time`` (ns): a reward, or a tool's outcome."""
+
+    time: int
+    value: float
+    name: str = ""
+    role: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Episode:
+    """What credit assignment sees of one finished attempt."""
+
+    calls: Sequence[Call]
+    rewards: Sequence[Event]
+    """Rewards emitted (or returned) during the attempt."""
+    tools: Sequence[Event]
+    """Tool runs; ``value`` is 1.0 for a success, 0.0 for a failure."""
+
+    @property
+    def total_reward(self) -> float:
+        return sum(event.value for event in self.rewards)
+
+
+CreditAssigner = Callable[[Episode], list[float]]
+"""One reward per call of the episode, in order."""
+
+
+def identical_credit() -> CreditAssigner:
+    """Every call gets the episode's return."""
+
+    def assign(episode: Episode) -> list[float]:
+        return [episode.total_reward] * len(episode.calls)
+
+    return assign
+
+
+def discounted_credit(gamma: float = 0.9) -> CreditAssigner:
+    """Call ``i`` of ``n`` gets ``R * gamma ** (n - 1 - i)``."""
+    _check_gamma(gamma)
+
+    def assign(episode: Episode) -> list[float]:
+        last = len(episode.calls) - 1
+        return [episode.total_reward * gamma ** (last - index) for index in range(len(episode.calls))]
+
+    return assign
+
+
+def per_step_credit(gamma: float | None = None) -> CreditAssigner:
+    """Each reward goes to the call it follows; with ``gamma``, each call gets its discounted reward-to-go."""
+    if gamma is not None:
+        _check_gamma(gamma)
+
+    def assign(episode: Episode) -> list[float]:
+        immediate = _attribute(episode.calls, episode.rewards)
+        if gamma is None:
+            return immediate
+        to_go, running = [0.0] * len(immediate), 0.0
+        for index in reversed(range(len(immediate))):
+            running = immediate[index] + gamma * running
+            to_go[index] = running
+        return to_go
+
+    return assign
+
+
+def air_credit(
+    base: str = "identical", success: float = 0.1, failure: float = -0.1, **options: float
+) -> CreditAssigner:
+    """``base``'s credit (made with ``options``) plus ``success``/``failure`` for each tool run a call led to."""
+    assign_base = credit_assigner(base, **options)
+
+    def assign(episode: Episode) -> list[float]:
+        outcomes = [Event(tool.time, success if tool.value else failure, tool.name) for tool in episode.tools]
+        return [b + t for b, t in zip(assign_base(episode), _attribute(episode.calls, outcomes), strict=True)]
+
+    return assign
+
+
+def _attribute(calls: Sequence[Call], events: Sequence[Event]) -> list[float]:
+    """Sum each event into the last call that ended before it (the first call when none had)."""
+    credit = [0.0] * len(calls)
+    if not calls:
+        return credit
+    for event in events:
+        owner = 0
+        for index, call in enumerate(calls):
+            if call.end_time <= event.time:
+                owner = index
+        credit[owner] += event.value
+    return credit
+
+
+def _check_gamma(gamma: float) -> None:
+    if not 0.0 <= gamma <= 1.0:
+        raise ConfigError(f"gamma must be between 0 and 1, got {gamma!r}")
+
+
+def credit_assigner(name: str, **options: float | str) -> CreditAssigner:
+    """The assigner registered as ``name``, made with ``options`` (``gamma=0.9``)."""
+    from relight.plugins import registry
+
+    factory = registry("credit_assigners").get(name)
+    try:
+        assigner: CreditAssigner = factory(**options)
+    except TypeError as error:
+        raise ConfigError(f"credit assigner {name!r} does not take the options {sorted(options)}: {error}") from error
+    return assigner
+
+
+@hookimpl
+def relight_register_credit_assigners(register: Callable[[str, Callable[..., CreditAssigner]], None]) -> None:
+    register("identical", identical_credit)
+    register("discounted", discounted_credit)
+    register("per_step", per_step_credit)
+    register("air", air_credit)

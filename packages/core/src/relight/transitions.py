@@ -1,0 +1,254 @@
+"""From a finished attempt's spans to transitions: what every trainer (and the JSONL export) consumes.
+
+Each LLM span the gateway recorded becomes one :class:`relight.models.Transition`. Its role comes
+from the adapter's role span for the same call, found by response id, else by equal request
+messages, else by order (the role span around the call, then the next unmatched one). Credit is
+assigned over all the attempt's calls (see :mod:`relight.credit`) before a role filter keeps the
+roles being trained, so a filtered role's calls still count as steps of the episode.
+
+Only succeeded rollouts yield transitions unless ``include_failed`` is set; then a failed
+rollout's last attempt counts, its calls sharing ``failed_reward`` when it recorded no reward.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, cast
+
+from pydantic import JsonValue
+
+from relight import semconv
+from relight.credit import Call, CreditAssigner, Episode, Event, credit_assigner
+from relight.models import AttemptStatus, Rollout, RolloutStatus, Span, SpanKind, Transition
+from relight.store import Store
+
+__all__ = ["RoleFilter", "TransitionBuilder", "read_jsonl", "write_jsonl"]
+
+logger = logging.getLogger(__name__)
+
+RoleFilter = str | Sequence[str] | re.Pattern[str] | None
+"""Which roles to train: a regular expression matched against the whole role path (``"writer|editor"``),
+a list of exact role paths, or None for every call (also those no adapter named)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Joined:
+    span: Span
+    role: str | None
+
+
+class TransitionBuilder:
+    """Makes transitions from finished rollouts: join, credit, role filter, groups.
+
+    Args:
+        roles: see :data:`RoleFilter`.
+        credit: the name of a registered credit assigner (``identical``, ``discounted``, ``per_step``, ``air``).
+        group_by_role: group transitions by task and role (``<group>/<role>``) rather than by task.
+        include_failed: also make transitions of failed rollouts (from their last attempt).
+        failed_reward: the return of a failed attempt that recorded no reward.
+        credit_options: passed to the credit assigner's factory (``gamma=0.9``).
+    """
+
+    def __init__(
+        self,
+        *,
+        roles: RoleFilter = None,
+        credit: str = "identical",
+        group_by_role: bool = False,
+        include_failed: bool = False,
+        failed_reward: float = 0.0,
+        **credit_options: float | str,
+    ) -> None:
+        self.roles = roles
+        self.assign: CreditAssigner = credit_assigner(credit, **credit_options)
+        self.group_by_role = group_by_role
+        self.include_failed = include_failed
+        self.failed_reward = failed_reward
+        self.skipped = 0
+        """Calls left out because they had no token ids (see the gateway's ``untrainable`` count)."""
+
+    async def from_store(self, store: Store, rollouts: Iterable[Rollout]) -> list[Transition]:
+        """Transitions of finished rollouts, read from ``store``, rollout by rollout."""
+        transitions: list[Transition] = []
+        for rollout in rollouts:
+            attempt_id = await self._attempt_to_use(store, rollout)
+            if attempt_id is not None:
+                spans = await store.query_spans(rollout.rollout_id, attempt_id)
+                transitions += self.from_spans(rollout, attempt_id, spans)
+        return transitions
+
+    async def _attempt_to_use(self, store: Store, rollout: Rollout) -> str | None:
+        if rollout.status is RolloutStatus.SUCCEEDED:
+            attempts = await store.list_attempts(rollout.rollout_id)
+            return next(a.attempt_id for a in reversed(attempts) if a.status is AttemptStatus.SUCCEEDED)
+        if rollout.status is RolloutStatus.FAILED and self.include_failed:
+            attempts = await store.list_attempts(rollout.rollout_id)
+            return attempts[-1].attempt_id if attempts else None
+        return None
+
+    def from_spans(self, rollout: Rollout, attempt_id: str, spans: Sequence[Span]) -> list[Transition]:
+        """Transitions of one attempt, from its spans."""
+        spans = [span for span in spans if span.attempt_id == attempt_id]
+        llm = sorted(
+            (s for s in spans if s.kind is SpanKind.LLM and s.status_code != "ERROR"), key=lambda s: s.start_time
+        )
+        joined = _join(llm, sorted((s for s in spans if s.kind is SpanKind.ROLE), key=lambda s: s.start_time))
+        rewards = [
+            Event(span.start_time, value, str(span.attributes.get(semconv.REWARD_NAME, "")))
+            for span in spans
+            if span.kind is SpanKind.REWARD and (value := _number(span.attributes.get(semconv.REWARD))) is not None
+        ]
+        if not rewards and rollout.status is RolloutStatus.FAILED:
+            rewards = [Event(max((s.end_time for s in spans), default=0), self.failed_reward, "failed")]
+        tools = [
+            Event(span.start_time, 1.0 if span.attributes.get(semconv.TOOL_SUCCESS) is True else 0.0, span.name)
+            for span in spans
+            if span.kind is SpanKind.TOOL
+        ]
+        calls = [Call(item.role, item.span.start_time, item.span.end_time) for item in joined]
+        credit = self.assign(Episode(calls, sorted(rewards, key=lambda e: e.time), sorted(tools, key=lambda e: e.time)))
+        transitions: list[Transition] = []
+        for step, (item, reward) in enumerate(zip(joined, credit, strict=True)):
+            if not self._keeps(item.role):
+                continue
+            transition = self._transition(rollout, attempt_id, step, item, reward)
+            if transition is None:
+                self.skipped += 1
+            else:
+                transitions.append(transition)
+        return transitions
+
+    def _keeps(self, role: str | None) -> bool:
+        if self.roles is None:
+            return True
+        if role is None:
+            return False
+        if isinstance(self.roles, str):
+            return re.fullmatch(self.roles, role) is not None
+        if isinstance(self.roles, re.Pattern):
+            return self.roles.fullmatch(role) is not None
+        return role in self.roles
+
+    def _transition(
+        self, rollout: Rollout, attempt_id: str, step: int, item: _Joined, reward: float
+    ) -> Transition | None:
+        attributes = item.span.attributes
+        prompt_ids = _ints(attributes.get(semconv.PROMPT_TOKEN_IDS))
+        response_ids = _ints(attributes.get(semconv.RESPONSE_TOKEN_IDS))
+        if not prompt_ids or response_ids is None:
+            return None
+        logprobs = attributes.get(semconv.RESPONSE_LOGPROBS)
+        version = attributes.get(semconv.POLICY_VERSION)
+        group = f"{rollout.group_id}/{item.role}" if self.group_by_role and item.role else rollout.group_id
+        return Transition(
+            rollout_id=rollout.rollout_id,
+            attempt_id=attempt_id,
+            group_id=group,
+            step=step,
+            role=item.role,
+            prompt_token_ids=prompt_ids,
+            response_token_ids=response_ids,
+            response_logprobs=[float(v) for v in cast(list[float], logprobs)] if isinstance(logprobs, list) else None,
+            reward=reward,
+            policy_version=version if isinstance(version, int) else None,
+            mode=rollout.mode,
+            span_id=item.span.span_id,
+            retokenized=attributes.get(semconv.RETOKENIZED) is True,
+            metadata={"response_id": attributes.get(semconv.GEN_AI_RESPONSE_ID)},
+        )
+
+
+def _join(llm_spans: Sequence[Span], role_spans: Sequence[Span]) -> list[_Joined]:
+    """Each LLM span with the role of its role span: by response id, then request messages, then order."""
+    roles: dict[str, str | None] = {}
+    unmatched = list(role_spans)
+
+    def pair(llm: Span, role_span: Span) -> None:
+        role = role_span.attributes.get(semconv.ROLE)
+        roles[llm.span_id] = str(role) if role is not None else None
+        unmatched.remove(role_span)
+
+    by_response_id = {
+        str(s.attributes[semconv.GEN_AI_RESPONSE_ID]): s
+        for s in role_spans
+        if s.attributes.get(semconv.GEN_AI_RESPONSE_ID)
+    }
+    for llm in llm_spans:
+        role_span = by_response_id.get(str(llm.attributes.get(semconv.GEN_AI_RESPONSE_ID)))
+        if role_span is not None and role_span in unmatched:
+            pair(llm, role_span)
+    for llm in (s for s in llm_spans if s.span_id not in roles):
+        key = _messages_key(llm.attributes.get(semconv.GEN_AI_INPUT_MESSAGES))
+        role_span = next(
+            (
+                r
+                for r in unmatched
+                if key is not None and _messages_key(r.attributes.get(semconv.GEN_AI_INPUT_MESSAGES)) == key
+            ),
+            None,
+        )
+        if role_span is not None:
+            pair(llm, role_span)
+    for llm in (s for s in llm_spans if s.span_id not in roles):
+        around = [r for r in unmatched if r.start_time <= llm.start_time and llm.end_time <= r.end_time]
+        if around:
+            pair(llm, max(around, key=lambda r: r.start_time))
+    for llm in (s for s in llm_spans if s.span_id not in roles):
+        if unmatched:
+            pair(llm, unmatched[0])
+    return [_Joined(llm, roles.get(llm.span_id)) for llm in llm_spans]
+
+
+def _messages_key(text: JsonValue | None) -> tuple[tuple[str, str], ...] | None:
+    """Request messages reduced to (role, text) pairs, so differently spelled records of one request compare equal."""
+    if not isinstance(text, str):
+        return None
+    try:
+        messages: Any = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(messages, list):
+        return None
+    key: list[tuple[str, str]] = []
+    for message in cast(list[Any], messages):
+        if not isinstance(message, dict):
+            return None
+        entry = cast(dict[str, Any], message)
+        content: Any = entry.get("content")
+        if isinstance(content, list):
+            content = "".join(
+                str(cast(dict[str, Any], p).get("text", "")) for p in cast(list[Any], content) if isinstance(p, dict)
+            )
+        key.append((str(entry.get("role", "")), "" if content is None else str(content)))
+    return tuple(key)
+
+
+def _number(value: JsonValue | None) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _ints(value: JsonValue | None) -> list[int] | None:
+    return [int(cast(int, v)) for v in value] if isinstance(value, list) else None
+
+
+def write_jsonl(transitions: Iterable[Transition], destination: str | Path | IO[str]) -> int:
+    """Write one transition per line (for SFT or offline RL); returns how many were written."""
+    if isinstance(destination, str | Path):
+        with Path(destination).open("w", encoding="utf-8") as file:
+            return write_jsonl(transitions, file)
+    count = 0
+    for transition in transitions:
+        destination.write(transition.model_dump_json() + "\n")
+        count += 1
+    return count
+
+
+def read_jsonl(source: str | Path) -> list[Transition]:
+    """Transitions written by :func:`write_jsonl`, validated."""
+    with Path(source).open(encoding="utf-8") as file:
+        return [Transition.model_validate_json(line) for line in file if line.strip()]

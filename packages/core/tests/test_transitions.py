@@ -1,0 +1,185 @@
+"""Transitions from spans: joining LLM and role spans, role filters, groups, failures, JSONL."""
+
+import itertools
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from relight import semconv
+from relight.models import AttemptStatus, Rollout, RolloutRequest, RolloutStatus, Span, SpanKind
+from relight.stores.memory import InMemoryStore
+from relight.transitions import TransitionBuilder, read_jsonl, write_jsonl
+
+ROLLOUT = Rollout(rollout_id="ro-1", input="task", group_id="task-7", status=RolloutStatus.SUCCEEDED)
+ATTEMPT = "ro-1-a1"
+_ids = itertools.count()
+
+
+def span(kind: SpanKind, start: int, end: int, **attributes: Any) -> Span:
+    return Span(
+        rollout_id="ro-1",
+        attempt_id=ATTEMPT,
+        span_id=f"s{next(_ids)}",
+        trace_id="t",
+        name=kind.value,
+        start_time=start,
+        end_time=end,
+        attributes={semconv.SPAN_KIND: kind.value, **attributes},
+    )
+
+
+def llm(start: int, response_id: str, messages: Any = None, **attributes: Any) -> Span:
+    return span(
+        SpanKind.LLM,
+        start,
+        start + 5,
+        **{
+            semconv.GEN_AI_RESPONSE_ID: response_id,
+            semconv.GEN_AI_INPUT_MESSAGES: json.dumps(messages or [{"role": "user", "content": response_id}]),
+            semconv.PROMPT_TOKEN_IDS: [1, 2, start],
+            semconv.RESPONSE_TOKEN_IDS: [start, start + 1],
+            semconv.RESPONSE_LOGPROBS: [-0.5, -0.25],
+            semconv.POLICY_VERSION: 3,
+            semconv.RETOKENIZED: False,
+            **attributes,
+        },
+    )
+
+
+def role(start: int, end: int, name: str, **attributes: Any) -> Span:
+    return span(SpanKind.ROLE, start, end, **{semconv.ROLE: name, **attributes})
+
+
+def reward(at: int, value: float) -> Span:
+    return span(SpanKind.REWARD, at, at, **{semconv.REWARD: value})
+
+
+def test_each_call_becomes_a_transition_with_its_ids_logprobs_and_version() -> None:
+    (transition,) = TransitionBuilder().from_spans(ROLLOUT, ATTEMPT, [llm(10, "r1"), reward(20, 1.0)])
+    assert transition.prompt_token_ids == [1, 2, 10]
+    assert transition.response_token_ids == [10, 11]
+    assert transition.response_logprobs == [-0.5, -0.25]
+    assert (transition.reward, transition.policy_version, transition.group_id) == (1.0, 3, "task-7")
+    assert transition.metadata["response_id"] == "r1"
+    assert transition.role is None
+
+
+def test_roles_join_by_response_id_then_messages_then_order() -> None:
+    spans = [
+        llm(10, "r1"),
+        llm(20, "r2", [{"role": "system", "content": "plan"}, {"role": "user", "content": "go"}]),
+        llm(30, "r3"),
+        llm(40, "r4"),
+        # by response id, recorded out of order
+        role(38, 46, "critic", **{semconv.GEN_AI_RESPONSE_ID: "r4"}),
+        role(9, 16, "planner", **{semconv.GEN_AI_RESPONSE_ID: "r1"}),
+        # by messages: same request, spelled with content parts, span times that do not contain the call
+        role(
+            0,
+            1,
+            "researcher/agent",
+            **{
+                semconv.GEN_AI_INPUT_MESSAGES: json.dumps(
+                    [
+                        {"role": "system", "content": [{"type": "text", "text": "plan"}]},
+                        {"role": "user", "content": "go"},
+                    ]
+                )
+            },
+        ),
+        # by order: the role span around the call
+        role(29, 36, "writer"),
+    ]
+    transitions = TransitionBuilder().from_spans(ROLLOUT, ATTEMPT, spans)
+    assert [(t.step, t.role) for t in transitions] == [
+        (0, "planner"),
+        (1, "researcher/agent"),
+        (2, "writer"),
+        (3, "critic"),
+    ]
+
+
+def test_role_filters_keep_the_trained_roles_with_their_episode_steps() -> None:
+    spans = [llm(10, "r1"), llm(20, "r2"), llm(30, "r3"), llm(40, "r4")]
+    spans += [
+        role(9, 16, "team/writer"),
+        role(19, 26, "team/critic"),
+        role(29, 36, "team/writer"),
+    ]
+    spans.append(reward(50, 2.0))
+
+    def kept(**options: Any) -> list[tuple[int, str | None]]:
+        return [(t.step, t.role) for t in TransitionBuilder(**options).from_spans(ROLLOUT, ATTEMPT, spans)]
+
+    assert kept(roles="team/writer") == [(0, "team/writer"), (2, "team/writer")]
+    assert kept(roles=".*/(writer|critic)") == [(0, "team/writer"), (1, "team/critic"), (2, "team/writer")]
+    assert kept(roles=["team/critic"]) == [(1, "team/critic")]
+    assert kept(roles=re.compile("writer")) == []  # a pattern must match the whole role path
+    assert kept() == [(0, "team/writer"), (1, "team/critic"), (2, "team/writer"), (3, None)]
+    # credit is computed over the whole episode, then filtered: call 2 of 4 discounted by 0.5 ** 1
+    (_first, second) = TransitionBuilder(roles="team/writer", credit="discounted", gamma=0.5).from_spans(
+        ROLLOUT, ATTEMPT, spans
+    )
+    assert second.reward == pytest.approx(2.0 * 0.5)
+
+
+def test_groups_by_task_or_by_task_and_role() -> None:
+    spans = [llm(10, "r1"), role(9, 16, "writer"), llm(20, "r2")]
+    assert [t.group_id for t in TransitionBuilder(group_by_role=True).from_spans(ROLLOUT, ATTEMPT, spans)] == [
+        "task-7/writer",
+        "task-7",
+    ]
+
+
+def test_failed_and_untrainable_calls_are_left_out() -> None:
+    failed = llm(20, "r2")
+    failed = failed.model_copy(update={"status_code": "ERROR"})
+    no_ids = llm(30, "r3")
+    no_ids = no_ids.model_copy(
+        update={"attributes": {k: v for k, v in no_ids.attributes.items() if k != semconv.RESPONSE_TOKEN_IDS}}
+    )
+    builder = TransitionBuilder()
+    transitions = builder.from_spans(ROLLOUT, ATTEMPT, [llm(10, "r1"), failed, no_ids])
+    assert [t.metadata["response_id"] for t in transitions] == ["r1"]
+    assert builder.skipped == 1
+
+
+def test_retokenized_calls_are_marked() -> None:
+    (transition,) = TransitionBuilder().from_spans(
+        ROLLOUT, ATTEMPT, [llm(10, "r1", **{semconv.RETOKENIZED: True, semconv.RESPONSE_LOGPROBS: None})]
+    )
+    assert transition.retokenized is True
+    assert transition.response_logprobs is None
+
+
+async def test_only_succeeded_rollouts_yield_transitions_unless_failed_ones_are_asked_for() -> None:
+    store = InMemoryStore()
+    await store.enqueue(
+        [RolloutRequest(input="ok", rollout_id="ok"), RolloutRequest(input="bad", rollout_id="bad", max_attempts=1)]
+    )
+    for status in (AttemptStatus.SUCCEEDED, AttemptStatus.FAILED):
+        claimed = await store.claim("w")
+        assert claimed is not None
+        rollout, attempt = claimed
+        spans = [llm(10, f"{rollout.rollout_id}-call")]
+        await store.add_spans(
+            [s.model_copy(update={"rollout_id": rollout.rollout_id, "attempt_id": attempt.attempt_id}) for s in spans]
+        )
+        await store.finish_attempt(
+            rollout.rollout_id, attempt.attempt_id, status, error="boom" if status is AttemptStatus.FAILED else None
+        )
+    rollouts = await store.list_rollouts()
+    assert [r.status for r in rollouts] == [RolloutStatus.SUCCEEDED, RolloutStatus.FAILED]
+    assert [t.rollout_id for t in await TransitionBuilder().from_store(store, rollouts)] == ["ok"]
+    with_failed = await TransitionBuilder(include_failed=True, failed_reward=-1.0).from_store(store, rollouts)
+    assert [(t.rollout_id, t.reward) for t in with_failed] == [("ok", 0.0), ("bad", -1.0)]
+
+
+def test_jsonl_round_trip(tmp_path: Path) -> None:
+    transitions = TransitionBuilder().from_spans(ROLLOUT, ATTEMPT, [llm(10, "r1"), llm(20, "r2"), reward(30, 1.0)])
+    path = tmp_path / "transitions.jsonl"
+    assert write_jsonl(transitions, path) == 2
+    assert read_jsonl(path) == transitions
