@@ -1,0 +1,106 @@
+"""A CrewAI crew written as its users write it, made trainable by relight.
+
+Two agents work one task after the other: a ``Researcher`` finds the country's capital with a
+lookup tool, then a ``Writer`` states it as ``Answer: <city>``. The only relight-specific lines are
+``relight.instrument("crewai")``, the ``LLM`` built from the ``llm`` handle, and the returned reward.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from typing import Any
+
+from crewai import LLM, Agent, Crew, CrewOutput, Process, Task
+from crewai.tools import tool
+
+import relight
+from relight.testing.upstream import Reply, ScriptedUpstream, ScriptRequest, ToolCall
+
+CAPITALS = {"France": "Paris", "Norway": "Oslo", "Peru": "Lima", "Egypt": "Cairo", "Ireland": "Dublin"}
+
+
+@tool("capital_of")
+def capital_of(country: str) -> str:
+    """The capital city of a country."""
+    return CAPITALS.get(country, "unknown")
+
+
+def crew_model(llm: Any, *, stream: bool = False) -> LLM:
+    """The crew's model, pointed at relight's gateway for this rollout."""
+    return LLM(model=f"openai/{llm.model}", base_url=llm.base_url, api_key=llm.api_key, stream=stream)
+
+
+def build_crew(llm: Any, question: str, *, stream: bool = False) -> Crew:
+    """Researcher (with the lookup tool) → Writer, in sequence."""
+    model = crew_model(llm, stream=stream)
+    researcher = Agent(
+        role="Researcher",
+        goal="Find the facts a question needs, using your tools.",
+        backstory="You look facts up instead of guessing.",
+        llm=model,
+        tools=[capital_of],
+    )
+    writer = Agent(
+        role="Writer",
+        goal="State the answer in the form 'Answer: <city>'.",
+        backstory="You write one precise line.",
+        llm=model,
+    )
+    research = Task(description=question, expected_output="The capital city.", agent=researcher)
+    answer = Task(description=f"Write the final answer to: {question}", expected_output="Answer: <city>", agent=writer)
+    return Crew(agents=[researcher, writer], tasks=[research, answer], process=Process.sequential)
+
+
+def score(output: CrewOutput, expected: str) -> float:
+    """1.0 when the crew's final line names the expected city, else 0.0."""
+    found = re.search(r"Answer:\s*(\w+)", output.raw)
+    return 1.0 if found is not None and found.group(1) == expected else 0.0
+
+
+relight.instrument("crewai")
+
+
+@relight.rollout
+async def answer(task: dict[str, Any], llm: Any) -> float:
+    """One rollout of the crew on ``task["question"]``, rewarded for naming ``task["answer"]``."""
+    output = await build_crew(llm, task["question"]).akickoff()
+    return score(output, task["answer"])
+
+
+# -- dev mode -------------------------------------------------------------------------------------
+
+TASKS = [
+    {"question": "What is the capital of Norway?", "answer": "Oslo"},
+    {"question": "What is the capital of Peru?", "answer": "Lima"},
+    {"question": "What is the capital of Egypt?", "answer": "Cairo"},
+]
+
+
+def scripted_model(request: ScriptRequest) -> Reply | str:
+    """What a scripted model answers each agent, so the crew runs offline: a stand-in for the policy."""
+    if "Researcher" in request.system:
+        if request.tool_results:
+            return f"The capital is {request.tool_results[-1]}."
+        country = re.search(r"capital of (\w+)", request.last_user)
+        return Reply(tool_calls=[ToolCall("capital_of", {"country": country.group(1) if country else "unknown"})])
+    found = re.search(r"The capital is (\w+)\.", request.last_user)
+    return f"Answer: {found.group(1) if found else 'unknown'}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Run the capital crew once per task in relight's dev mode.")
+    parser.add_argument("--base-url", help="an OpenAI-compatible endpoint; a scripted model on 127.0.0.1 by default")
+    parser.add_argument("--model", default="scripted")
+    args = parser.parse_args()
+    if args.base_url is not None:
+        relight.Trainer().dev(answer, TASKS, base_url=args.base_url, model=args.model)
+        return
+    with ScriptedUpstream(scripted_model) as upstream:
+        relight.Trainer().dev(
+            answer, TASKS, base_url=upstream.base_url, model=upstream.model, api_key="unused", vllm=True
+        )
+
+
+if __name__ == "__main__":
+    main()

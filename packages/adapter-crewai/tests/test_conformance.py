@@ -1,0 +1,66 @@
+"""The CrewAI adapter against the conformance kit, driving the example crew (examples/crewai).
+
+CrewAI and the example load lazily, inside the tests: conftest.py points CrewAI's home at a
+temporary folder first.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from relight import semconv
+from relight.agent import LLM
+from relight.models import SpanKind
+from relight.testing.adapters import AdapterConformance
+from relight.testing.upstream import Script
+from relight_crewai import CrewAIAdapter
+
+pytestmark = [
+    # CrewAI's own: its lazy submodule loader, and its Agent reading fields it deprecated.
+    pytest.mark.filterwarnings("ignore:Cannot set an attribute on 'crewai:ImportWarning"),
+    pytest.mark.filterwarnings("ignore::DeprecationWarning:crewai"),
+]
+
+COUNTRIES = ("Norway", "Peru", "Egypt", "France", "Ireland")
+
+
+@functools.cache
+def example() -> ModuleType:
+    path = Path(__file__).resolve().parents[3] / "examples" / "crewai" / "capital_crew.py"
+    spec = importlib.util.spec_from_file_location("crewai_example_capital_crew", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class TestCrewAIConformance(AdapterConformance):
+    adapter_name = "crewai"
+    adapter = CrewAIAdapter
+    roles = ("Researcher", "Researcher", "Writer")
+    tools = (("capital_of", "Researcher"),)
+    trained_role = "Writer"
+
+    def script(self) -> Script:
+        return example().scripted_model
+
+    def task(self, index: int) -> str:
+        return f"What is the capital of {COUNTRIES[index % len(COUNTRIES)]}? (case {index + 1})"
+
+    def run_sync(self, task: str, llm: LLM) -> None:
+        example().build_crew(llm, task).kickoff()
+
+    async def run_async(self, task: str, llm: LLM, *, stream: bool) -> None:
+        await example().build_crew(llm, task, stream=stream).akickoff()
+
+    async def test_role_spans_carry_the_response_id_of_their_call(self) -> None:
+        for run in (await self.run_rollouts(2, "async")).runs:
+            llm_ids = [span.attributes[semconv.GEN_AI_RESPONSE_ID] for span in run.of_kind(SpanKind.LLM)]
+            role_ids = [span.attributes[semconv.GEN_AI_RESPONSE_ID] for span in run.of_kind(SpanKind.ROLE)]
+            assert role_ids == llm_ids
