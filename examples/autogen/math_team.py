@@ -58,10 +58,10 @@ def model_client(llm: Any) -> OpenAIChatCompletionClient:
     return OpenAIChatCompletionClient(model=llm.model, base_url=llm.base_url, api_key=llm.api_key, model_info=info)
 
 
-def solver(llm: Any, *, stream: bool = False) -> AssistantAgent:
+def solver(client: OpenAIChatCompletionClient, *, stream: bool = False) -> AssistantAgent:
     return AssistantAgent(
         "solver",
-        model_client=model_client(llm),
+        model_client=client,
         tools=[calculator],
         system_message=SOLVER_PROMPT,
         reflect_on_tool_use=True,
@@ -69,13 +69,13 @@ def solver(llm: Any, *, stream: bool = False) -> AssistantAgent:
     )
 
 
-def team(llm: Any, *, stream: bool = False) -> RoundRobinGroupChat:
+def team(client: OpenAIChatCompletionClient, *, stream: bool = False) -> RoundRobinGroupChat:
     """solver then reviewer, until the reviewer approves."""
     reviewer = AssistantAgent(
-        "reviewer", model_client=model_client(llm), system_message=REVIEWER_PROMPT, model_client_stream=stream
+        "reviewer", model_client=client, system_message=REVIEWER_PROMPT, model_client_stream=stream
     )
     done = TextMentionTermination("APPROVED") | MaxMessageTermination(8)
-    return RoundRobinGroupChat([solver(llm, stream=stream), reviewer], termination_condition=done)
+    return RoundRobinGroupChat([solver(client, stream=stream), reviewer], termination_condition=done)
 
 
 def score(messages: Sequence[BaseAgentEvent | BaseChatMessage], expected: float) -> float:
@@ -91,14 +91,22 @@ relight.instrument("autogen")
 @relight.rollout
 async def solve_with_team(task: dict[str, Any], llm: Any) -> float:
     """One rollout of the team on ``task["question"]``, rewarded for a correct ``task["answer"]``."""
-    result: TaskResult = await team(llm).run(task=task["question"])
+    client = model_client(llm)
+    try:
+        result: TaskResult = await team(client).run(task=task["question"])
+    finally:
+        await client.close()
     return score(result.messages, task["answer"])
 
 
 @relight.rollout
 async def solve_alone(task: dict[str, Any], llm: Any) -> float:
     """One rollout of the solver on its own."""
-    result: TaskResult = await solver(llm).run(task=task["question"])
+    client = model_client(llm)
+    try:
+        result: TaskResult = await solver(client).run(task=task["question"])
+    finally:
+        await client.close()
     return score(result.messages, task["answer"])
 
 

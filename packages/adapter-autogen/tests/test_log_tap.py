@@ -6,9 +6,12 @@ import logging
 from collections.abc import Iterator
 
 import pytest
-from autogen_core import EVENT_LOGGER_NAME
 
 from relight_autogen._tap import LogTap
+
+PARENT = "tap_test"
+EVENTS = "tap_test.events"
+"""Stand-ins for ``autogen_core`` and its event logger, which the instrumented adapter taps itself."""
 
 
 class Collect(logging.Handler):
@@ -22,8 +25,8 @@ class Collect(logging.Handler):
 
 @pytest.fixture
 def shown() -> Iterator[Collect]:
-    """What an application handler on the ``autogen_core`` logger shows, with that logger at WARNING."""
-    parent = logging.getLogger("autogen_core")
+    """What an application handler on the parent logger shows, with that logger at WARNING."""
+    parent = logging.getLogger(PARENT)
     handler = Collect()
     saved = parent.level
     parent.setLevel(logging.WARNING)
@@ -40,10 +43,10 @@ def shown() -> Iterator[Collect]:
 def test_the_tap_sees_records_and_the_application_shows_what_it_showed_before(
     shown: Collect, application_level: int, shown_messages: list[str]
 ) -> None:
-    logging.getLogger("autogen_core").setLevel(application_level)
+    logging.getLogger(PARENT).setLevel(application_level)
     seen: list[str] = []
-    tap = LogTap(EVENT_LOGGER_NAME, logging.INFO, lambda record: seen.append(record.getMessage()))
-    events = logging.getLogger(EVENT_LOGGER_NAME)
+    tap = LogTap(EVENTS, logging.INFO, lambda record: seen.append(record.getMessage()))
+    events = logging.getLogger(EVENTS)
     tap.attach()
     try:
         events.debug("too fine")
@@ -56,9 +59,9 @@ def test_the_tap_sees_records_and_the_application_shows_what_it_showed_before(
 
 
 def test_detaching_restores_the_logger(shown: Collect) -> None:
-    events = logging.getLogger(EVENT_LOGGER_NAME)
+    events = logging.getLogger(EVENTS)
     level = events.level
-    tap = LogTap(EVENT_LOGGER_NAME, logging.INFO, lambda record: None)
+    tap = LogTap(EVENTS, logging.INFO, lambda record: None)
     tap.attach()
     tap.detach()
     assert events.level == level

@@ -1,0 +1,68 @@
+"""The AutoGen adapter against the conformance kit, driving the example agents (examples/autogen).
+
+The team's agents are named by their agent ids; the standalone agent, which runs outside any agent
+runtime, by AutoGen's own agent span: two ways to a role, each through the whole kit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+from autogen_agentchat.base import ChatAgent, Team
+from autogen_ext.models.openai import OpenAIChatCompletionClient
+
+from relight.agent import LLM
+from relight.testing.adapters import AdapterConformance
+from relight.testing.upstream import Script
+from relight_autogen import AutoGenAdapter
+
+
+def _load_example() -> ModuleType:
+    path = Path(__file__).resolve().parents[3] / "examples" / "autogen" / "math_team.py"
+    spec = importlib.util.spec_from_file_location("autogen_example_math_team", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+example = _load_example()
+
+
+class TestAutoGenTeamConformance(AdapterConformance):
+    adapter_name = "autogen"
+    adapter = AutoGenAdapter
+    roles = ("solver", "solver", "reviewer")
+    tools = (("calculator", "solver"),)
+    trained_role = "reviewer"
+
+    def script(self) -> Script:
+        return example.scripted_model
+
+    def task(self, index: int) -> str:
+        return f"What is {index + 2} * 7?"
+
+    def run_sync(self, task: str, llm: LLM) -> None:
+        asyncio.run(self.run_async(task, llm, stream=False))
+
+    async def run_async(self, task: str, llm: LLM, *, stream: bool) -> None:
+        client = example.model_client(llm)
+        try:
+            await self.agent(client, stream).run(task=task)
+        finally:
+            await client.close()
+
+    def agent(self, client: OpenAIChatCompletionClient, stream: bool) -> Team | ChatAgent:
+        return example.team(client, stream=stream)
+
+
+class TestAutoGenStandaloneConformance(TestAutoGenTeamConformance):
+    roles = ("solver", "solver")
+    trained_role = "solver"
+
+    def agent(self, client: OpenAIChatCompletionClient, stream: bool) -> Team | ChatAgent:
+        return example.solver(client, stream=stream)
