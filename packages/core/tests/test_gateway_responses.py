@@ -14,7 +14,7 @@ from relight.context import AttemptRef
 from relight.gateway import Gateway
 from relight.models import RolloutRequest, Span
 from relight.stores.memory import InMemoryStore
-from relight.testing.upstream import Reply, ScriptedUpstream, ToolCall, turns
+from relight.testing.upstream import Reply, ScriptedUpstream, ScriptError, ScriptRequest, ToolCall, turns
 
 LOOKUP = {
     "type": "function",
@@ -164,3 +164,57 @@ async def test_requests_the_gateway_cannot_serve_get_a_400_naming_the_field(
     assert error["param"] == param
     assert error["type"] == "invalid_request_error"
     assert setup.upstream.requests == []
+
+
+async def test_message_parts_roles_and_output_format_are_translated(setup: Setup) -> None:
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}}
+    async with setup.client() as client:
+        await client.responses.create(
+            model="scripted",
+            input=[
+                {"role": "developer", "content": "Answer in JSON."},
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "input_text", "text": "Weather "},
+                        {"type": "input_text", "text": "in Paris?"},
+                    ],
+                },
+            ],
+            text={"format": {"type": "json_schema", "name": "forecast", "schema": schema, "strict": True}},
+            max_output_tokens=64,
+            tool_choice={"type": "function", "name": "lookup"},
+            tools=[LOOKUP],
+        )
+    request = setup.upstream.requests[0]
+    assert request["messages"] == [
+        {"role": "system", "content": "Answer in JSON."},
+        {"role": "user", "content": "Weather in Paris?"},
+    ]
+    assert request["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "forecast", "schema": schema, "strict": True},
+    }
+    assert request["max_tokens"] == 64
+    assert request["tool_choice"] == {"type": "function", "function": {"name": "lookup"}}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_upstream_failure_is_a_502_and_a_recorded_error(stream: bool) -> None:
+    store = InMemoryStore()
+    await store.enqueue([RolloutRequest(input="task")])
+    claimed = await store.claim("worker")
+    assert claimed is not None
+
+    def failing(request: ScriptRequest) -> str:
+        raise ScriptError(500, "the model crashed")
+
+    async with ScriptedUpstream(failing) as upstream, Gateway(store, [upstream.base_url]) as gateway:
+        base_url = gateway.base_url_for(claimed[0].rollout_id, claimed[1].attempt_id)
+        async with openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0) as client:
+            with pytest.raises(openai.APIStatusError, match="the model crashed") as raised:
+                await client.responses.create(model="scripted", input="Weather in Paris?", stream=stream)
+        await gateway.flush()
+    assert raised.value.status_code == 502
+    (span,) = await store.query_spans(claimed[0].rollout_id)
+    assert span.status_code == "ERROR"
