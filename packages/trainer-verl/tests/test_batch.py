@@ -9,7 +9,7 @@ from verl.trainer.ppo.metric_utils import compute_data_metrics
 from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
 from relight.models import Transition
-from relight_verl.batch import FAILED_KEY, build_batch
+from relight_verl.batch import build_batch
 
 PAD = 0
 
@@ -118,21 +118,6 @@ def test_verls_data_metrics_read_the_batch() -> None:
     assert metrics["critic/score/mean"] == pytest.approx(0.5)
     assert metrics["response_length/mean"] == pytest.approx(2.0)
     assert metrics["prompt_length/max"] == pytest.approx(3.0)
-
-
-def test_failed_rollouts_are_dropped_and_counted_unless_given_a_reward() -> None:
-    failed = transition("g3", [1], [2, 3], 0.9, metadata={FAILED_KEY: True})
-    batch, stats = build([*THREE, failed])
-    assert batch is not None
-    assert len(batch) == 3
-    assert (stats.dropped_failed, stats.failed_rewarded) == (1, 0)
-    assert stats.metrics()["relight/dropped"] == 1
-
-    batch, stats = build([*THREE, failed], failed_reward=-1.0)
-    assert batch is not None
-    assert len(batch) == 4
-    assert (stats.dropped_failed, stats.failed_rewarded) == (0, 1)
-    assert batch.batch["token_level_scores"][3].tolist() == [0, -1, 0]
 
 
 def test_too_long_and_empty_transitions_are_dropped_and_counted() -> None:

@@ -125,7 +125,6 @@ class VerlAlgorithm:
             max_prompt_length=config.max_prompt_length,
             max_response_length=config.max_response_length,
             multiple_of=config.mini_batch_size,
-            failed_reward=config.failed_reward,
         )
         loop_seconds = time.monotonic() - self._last_update_end
         if batch is None:

@@ -14,9 +14,10 @@ sample, so verl's workers, estimators and metrics take it unchanged:
   token, zero elsewhere;
 * ``uid`` (non-tensor): the transition's group id, which verl's GRPO and RLOO group by.
 
-Nothing is dropped silently: transitions of failed rollouts (unless given ``failed_reward``),
-empty responses and sequences longer than the configured limits are left out and counted, and
-the batch is padded to a multiple of the mini-batch with rows that carry no loss, also counted.
+Nothing is dropped silently: empty responses and sequences longer than the configured limits are
+left out and counted, and the batch is padded to a multiple of the mini-batch with rows that carry
+no loss, also counted. (Whether failed rollouts yield transitions, and with what reward, is the
+core's :class:`relight.transitions.TransitionBuilder`'s call; the trainer counts them.)
 """
 
 from __future__ import annotations
@@ -31,10 +32,7 @@ from verl.utils.model import compute_position_id_with_mask
 
 from relight.models import Transition
 
-__all__ = ["FAILED_KEY", "BatchStats", "build_batch"]
-
-FAILED_KEY = "rollout_failed"
-"""Transition metadata key that marks a transition of a failed rollout."""
+__all__ = ["BatchStats", "build_batch"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,11 +47,8 @@ class BatchStats:
     """Rows that carry a real transition."""
     padded: int
     """Rows added (with no loss) to reach a multiple of the mini-batch."""
-    dropped_failed: int
     dropped_too_long: int
     dropped_empty: int
-    failed_rewarded: int
-    """Transitions of failed rollouts trained with the configured ``failed_reward``."""
     retokenized: int
     """Trained transitions whose token ids the gateway had to retokenize."""
     missing_logprobs: int
@@ -63,7 +58,7 @@ class BatchStats:
 
     @property
     def dropped(self) -> int:
-        return self.dropped_failed + self.dropped_too_long + self.dropped_empty
+        return self.dropped_too_long + self.dropped_empty
 
     def metrics(self) -> dict[str, float]:
         return {
@@ -72,10 +67,8 @@ class BatchStats:
             "relight/trained": self.trained,
             "relight/padded": self.padded,
             "relight/dropped": self.dropped,
-            "relight/dropped_failed": self.dropped_failed,
             "relight/dropped_too_long": self.dropped_too_long,
             "relight/dropped_empty": self.dropped_empty,
-            "relight/failed_rewarded": self.failed_rewarded,
             "relight/retokenized": self.retokenized,
             "relight/missing_logprobs": self.missing_logprobs,
         }
@@ -88,7 +81,6 @@ def build_batch(
     max_prompt_length: int,
     max_response_length: int,
     multiple_of: int = 1,
-    failed_reward: float | None = None,
 ) -> tuple[DataProto | None, BatchStats]:
     """Lay out ``transitions`` as a verl batch of a multiple of ``multiple_of`` rows.
 
@@ -97,14 +89,8 @@ def build_batch(
     if multiple_of < 1:
         raise ValueError(f"multiple_of must be >= 1, got {multiple_of}")
     kept: list[Transition] = []
-    dropped_failed = dropped_too_long = dropped_empty = failed_rewarded = 0
+    dropped_too_long = dropped_empty = 0
     for transition in transitions:
-        if transition.metadata.get(FAILED_KEY):
-            if failed_reward is None:
-                dropped_failed += 1
-                continue
-            transition = transition.model_copy(update={"reward": failed_reward})
-            failed_rewarded += 1
         if not transition.response_token_ids:
             dropped_empty += 1
         elif (
@@ -121,10 +107,8 @@ def build_batch(
         rollouts=len({t.rollout_id for t in kept}),
         trained=len(kept),
         padded=padded,
-        dropped_failed=dropped_failed,
         dropped_too_long=dropped_too_long,
         dropped_empty=dropped_empty,
-        failed_rewarded=failed_rewarded,
         retokenized=sum(t.retokenized for t in kept),
         missing_logprobs=sum(t.response_logprobs is None for t in kept),
         prompt_tokens=sum(len(t.prompt_token_ids) for t in kept),

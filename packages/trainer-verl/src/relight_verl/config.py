@@ -79,8 +79,6 @@ class VerlConfig(BaseModel):
     """GRPO: divide by the group's standard deviation (False is Dr. GRPO)."""
     recompute_old_logprobs: bool = False
     """False trains against the logprobs vLLM sampled with; True recomputes them with the actor first."""
-    failed_reward: float | None = None
-    """None drops transitions of failed rollouts; a number trains them with this reward."""
     param_offload: bool = False
     optimizer_offload: bool = False
     gradient_checkpointing: bool = True
@@ -88,10 +86,7 @@ class VerlConfig(BaseModel):
     # -- checkpoints, validation, logging ------------------------------------------------------
     checkpoint_dir: str = "checkpoints/relight"
     save_every: int = Field(default=0, ge=0)
-    """Save every N updates; 0 saves only when the trainer asks."""
-    val_every: int = Field(default=0, ge=0)
-    """Validate every N updates; 0 never (the relight trainer runs the validation rollouts)."""
-    val_before_train: bool = True
+    """Save every N updates, inside the update while vLLM sleeps; 0 saves only when asked to."""
     resume: Literal["auto", "disable"] | Path = "auto"
     """``auto`` resumes from the latest checkpoint under :attr:`checkpoint_dir`, or give a ``global_step_N`` folder."""
     total_updates: int | None = Field(default=None, ge=1)
@@ -150,8 +145,6 @@ class VerlConfig(BaseModel):
             "trainer.logger": list(self.loggers),
             "trainer.default_local_dir": self.checkpoint_dir,
             "trainer.save_freq": self.save_every or -1,
-            "trainer.test_freq": self.val_every or -1,
-            "trainer.val_before_train": self.val_before_train,
             "trainer.resume_mode": "resume_path" if isinstance(self.resume, Path) else self.resume,
             "trainer.resume_from_path": str(self.resume) if isinstance(self.resume, Path) else None,
             "trainer.total_training_steps": self.total_updates,
