@@ -50,6 +50,8 @@ def register(add_command: AddCommand) -> None:
 
 
 def serve_store(args: argparse.Namespace) -> int:
+    from uvicorn.loops.auto import auto_loop_factory
+
     from relight.stores.http.server import check_exposure, serve
 
     url = store_url(args)
@@ -59,15 +61,15 @@ def serve_store(args: argparse.Namespace) -> int:
     def announce(served_at: str) -> None:
         console.print(f"serving {url} at {served_at}", highlight=False, soft_wrap=True)
 
-    asyncio.run(
-        serve(
-            open_store(url),
-            host=args.host,
-            port=args.port,
-            token=args.token,
-            on_ready=announce,
-            max_body_bytes=args.max_body_bytes,
-            max_poll_seconds=args.max_poll_seconds,
-        )
+    serving = serve(
+        open_store(url),
+        host=args.host,
+        port=args.port,
+        token=args.token,
+        on_ready=announce,
+        max_body_bytes=args.max_body_bytes,
+        max_poll_seconds=args.max_poll_seconds,
     )
+    with asyncio.Runner(loop_factory=auto_loop_factory()) as runner:  # uvloop where installed, as uvicorn does
+        runner.run(serving)
     return 0
