@@ -2,8 +2,9 @@
 
 verl reports each vLLM replica as ``host:port``; :func:`replica_base_url` makes it the gateway's
 upstream. A scripted vLLM-style server stands in for the replica: the agent's plain OpenAI calls
-must reach it asking for ``return_token_ids`` and logprobs, and the LLM spans must hold exactly the
-token ids and logprobs it sent, whole or streamed, which is what the verl batch is built from.
+must reach it asking for ``return_token_ids`` and logprobs, the LLM spans must hold exactly the
+token ids and logprobs it sent, whole or streamed, and the verl batch made from the rollout's
+transitions must carry those very tokens and logprobs.
 """
 
 from __future__ import annotations
@@ -12,13 +13,16 @@ from typing import Any
 
 import openai
 import pytest
+import torch
 
 from relight import semconv
 from relight.gateway import Gateway
-from relight.models import RolloutRequest, SpanKind
+from relight.models import AttemptStatus, RolloutRequest, Span, SpanKind
 from relight.stores.memory import InMemoryStore
 from relight.testing.upstream import ScriptedUpstream
+from relight.transitions import TransitionBuilder
 from relight_verl.algorithm import replica_base_url
+from relight_verl.batch import build_batch
 
 MESSAGES: Any = [{"role": "system", "content": "Answer with a number."}, {"role": "user", "content": "2 + 3"}]
 
@@ -60,3 +64,34 @@ async def test_calls_ask_a_verl_replica_for_token_ids_and_logprobs_and_record_th
         assert attributes[semconv.POLICY_VERSION] == 4
         assert attributes[semconv.UPSTREAM] == upstream
         assert not attributes.get(semconv.RETOKENIZED)
+
+    # The episode's reward, then the rollout's transitions, then the verl batch.
+    end = max(span.end_time for span in spans)
+    reward = Span(
+        rollout_id=rollout.rollout_id,
+        attempt_id=attempt.attempt_id,
+        span_id="reward-1",
+        trace_id="trace-1",
+        name="reward",
+        start_time=end,
+        end_time=end,
+        attributes={semconv.SPAN_KIND: SpanKind.REWARD.value, semconv.REWARD: 1.0},
+    )
+    await store.add_spans([reward])
+    finished = await store.finish_attempt(rollout.rollout_id, attempt.attempt_id, AttemptStatus.SUCCEEDED)
+    transitions = await TransitionBuilder().from_store(store, [finished])
+    batch, stats = build_batch(
+        transitions, pad_token_id=0, max_prompt_length=256, max_response_length=64, multiple_of=4
+    )
+    assert batch is not None
+    assert (stats.trained, stats.padded, stats.dropped) == (2, 2, 0)
+    for row, served in enumerate(replica.served):
+        prompt, response = len(served.prompt_token_ids), len(served.token_ids)
+        assert batch.batch["prompts"][row, -prompt:].tolist() == served.prompt_token_ids
+        assert batch.batch["responses"][row, :response].tolist() == served.token_ids
+        expected_logprobs = torch.tensor(served.logprobs, dtype=torch.float32)
+        assert torch.equal(batch.batch["old_log_probs"][row, :response], expected_logprobs)
+        assert batch.batch["token_level_scores"][row].tolist() == [0.0] * (response - 1) + [1.0] + [0.0] * (
+            batch.batch["responses"].shape[1] - response
+        )
+        assert batch.non_tensor_batch["uid"][row] == finished.group_id
