@@ -1,5 +1,12 @@
-"""Store backends. Open one by URL with :func:`relight.open_store`."""
+"""Store backends. Open one by URL with :func:`relight.open_store`.
 
+``memory://`` (:class:`InMemoryStore`), ``sqlite:///path.db`` (:class:`SqliteStore`, the embedded
+default) and ``http://host:port`` (:class:`HttpStore`, a client of ``relight store serve``). Every
+backend passes the conformance kit in :mod:`relight.testing.store`.
+"""
+
+from relight.stores.http import HttpStore
 from relight.stores.memory import InMemoryStore
+from relight.stores.sqlite import SqliteStore
 
-__all__ = ["InMemoryStore"]
+__all__ = ["HttpStore", "InMemoryStore", "SqliteStore"]
