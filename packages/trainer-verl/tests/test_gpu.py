@@ -1,4 +1,4 @@
-"""A few real verl updates on one GPU: vLLM serves a tiny model, relight transitions train it.
+"""Real verl updates on one GPU: vLLM serves a tiny model, relight transitions train it.
 
 Needs CUDA and ``pip install 'relight-verl[gpu]'``; skipped cleanly otherwise. Not yet run: the
 machines this package was written on have no GPU (see the README).
@@ -6,12 +6,17 @@ machines this package was written on have no GPU (see the README).
 
 from __future__ import annotations
 
+import io
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 import pytest
+from rich.console import Console
 
+import relight
 from relight.models import Transition
 from relight_verl import VerlAlgorithm
 
@@ -23,6 +28,30 @@ pytest.importorskip("vllm", reason="needs verl's GPU extras: pip install 'religh
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
 PROMPTS = ["What is 2 + 3?", "def add(a, b):"]
+
+
+@pytest.fixture
+def algorithm(tiny_model_with_weights: Path, tmp_path: Path) -> Iterator[VerlAlgorithm]:
+    """The tiny model on one GPU: mini-batches of 4 transitions, short sequences, a large learning rate."""
+    algorithm = VerlAlgorithm(
+        model=str(tiny_model_with_weights),
+        served_model_name="tiny",
+        mini_batch_size=4,
+        micro_batch_size_per_gpu=2,
+        max_prompt_length=128,
+        max_response_length=16,
+        gpu_memory_utilization=0.3,
+        lr=1e-3,
+        checkpoint_dir=str(tmp_path / "checkpoints"),
+        save_every=2,
+        resume="disable",
+        loggers=(),
+        overrides=("actor_rollout_ref.rollout.enforce_eager=true",),
+    )
+    try:
+        yield algorithm
+    finally:
+        algorithm.close()  # ends the Ray job, so the next test gets the GPU
 
 
 async def call(client: httpx.AsyncClient, base_url: str, prompt: str, *, temperature: float) -> dict[str, Any]:
@@ -55,22 +84,7 @@ def as_transition(reply: dict[str, Any], group: str, index: int) -> Transition:
     )
 
 
-async def test_a_few_real_updates_train_and_serve_the_new_policy(tiny_model_with_weights: Path, tmp_path: Path) -> None:
-    algorithm = VerlAlgorithm(
-        model=str(tiny_model_with_weights),
-        served_model_name="tiny",
-        mini_batch_size=4,
-        micro_batch_size_per_gpu=2,
-        max_prompt_length=128,
-        max_response_length=16,
-        gpu_memory_utilization=0.3,
-        lr=1e-3,
-        checkpoint_dir=str(tmp_path / "checkpoints"),
-        save_every=2,
-        resume="disable",
-        loggers=(),
-        overrides=("actor_rollout_ref.rollout.enforce_eager=true",),
-    )
+async def test_updates_train_save_and_serve_the_new_policy(algorithm: VerlAlgorithm, tmp_path: Path) -> None:
     (base_url,) = algorithm.upstreams()
     async with httpx.AsyncClient() as client:
         before = await call(client, base_url, PROMPTS[0], temperature=0)
@@ -95,4 +109,23 @@ async def test_a_few_real_updates_train_and_serve_the_new_policy(tiny_model_with
 
     algorithm.load(tmp_path / "checkpoints")
     assert algorithm.policy_version == 2
-    algorithm.close()
+
+
+async def test_trainer_fit_drives_an_unchanged_agent_into_verl(algorithm: VerlAlgorithm) -> None:
+    @relight.rollout
+    async def agent(task: str, llm: relight.LLM) -> float:
+        async with openai.AsyncOpenAI(base_url=llm.base_url, api_key=llm.api_key) as client:
+            reply = await client.chat.completions.create(
+                model=llm.model, messages=[{"role": "user", "content": task}], max_tokens=16
+            )
+        return len(reply.choices[0].message.content or "") / 64
+
+    trainer = relight.Trainer(
+        algorithm=algorithm, batch_size=2, n_samples=2, val_every=1, console=Console(file=io.StringIO())
+    )
+    history = await trainer.afit(agent, PROMPTS * 2, PROMPTS)
+
+    steps = [entry for entry in history if "actor/pg_loss" in entry]
+    assert [entry["policy_version"] for entry in steps] == [1, 2]
+    assert all(entry["relight/trained"] + entry["relight/dropped"] == 4 for entry in steps)
+    assert any("val_reward_mean" in entry for entry in history)

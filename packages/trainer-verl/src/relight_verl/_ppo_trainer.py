@@ -58,18 +58,20 @@ __all__ = ["RelightPPOTrainer", "connect_ray"]
 LATEST = "latest_checkpointed_iteration.txt"
 
 
-def connect_ray(config: DictConfig, address: str | None) -> None:
+def connect_ray(config: DictConfig, address: str | None) -> bool:
     """Join the Ray cluster at ``address`` (``"auto"``, ``"host:6379"``) or start a local one.
 
-    Workers get verl's runtime environment (tokenizer, NCCL and vLLM settings) either way.
+    Workers get verl's runtime environment (tokenizer, NCCL and vLLM settings) either way. Returns
+    False when this process was connected to Ray already (by its caller), True when it connects here.
     """
     if ray.is_initialized():
-        return
+        return False
     # As verl's main_ppo does it: verl's defaults, then the config's ray_kwargs.ray_init on top.
     init = config.ray_kwargs.get("ray_init", {})
     runtime_env = OmegaConf.merge(get_ppo_ray_runtime_env(config), init.get("runtime_env", {}))
     kwargs = OmegaConf.to_container(OmegaConf.create({**init, "runtime_env": runtime_env}))
     ray.init(address=address, **kwargs)  # type: ignore[arg-type]
+    return True
 
 
 class RelightPPOTrainer(RayPPOTrainer):

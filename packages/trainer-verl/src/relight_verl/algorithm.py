@@ -63,6 +63,7 @@ class VerlAlgorithm:
         self._trainer: RelightPPOTrainer | None = None
         self._urls: list[str] = []
         self._metrics: MetricsLog | None = None
+        self._owns_ray = False
         self._last_update_end = 0.0
 
     @property
@@ -85,7 +86,7 @@ class VerlAlgorithm:
             from relight_verl.metrics import MetricsLog
 
             verl_config = to_verl_config(self.config)
-            connect_ray(verl_config, self.config.ray_address)
+            self._owns_ray = connect_ray(verl_config, self.config.ray_address)
             trainer = RelightPPOTrainer(verl_config)
             self._urls = [replica_base_url(address) for address in trainer.start()]
             self._metrics = MetricsLog(
@@ -160,9 +161,19 @@ class VerlAlgorithm:
         self._started().load(directory)
 
     def close(self) -> None:
-        """Flush the metrics; Ray and the GPUs are released when the process ends."""
+        """Flush the metrics and release the GPUs: ends this driver's Ray job (its workers and replicas).
+
+        A Ray connection the caller made before :meth:`start` is left open. Safe to call twice.
+        """
         if self._metrics is not None:
             self._metrics.close()
+            self._metrics = None
+        if self._trainer is not None and self._owns_ray:
+            import ray
+
+            ray.shutdown()
+        self._trainer = None
+        self._urls = []
 
     def _started(self) -> RelightPPOTrainer:
         self.start()
