@@ -23,7 +23,9 @@ CAPITALS = {"France": "Paris", "Norway": "Oslo", "Peru": "Lima", "Egypt": "Cairo
 @tool("capital_of")
 def capital_of(country: str) -> str:
     """The capital city of a country."""
-    return CAPITALS.get(country, "unknown")
+    if country not in CAPITALS:
+        raise ValueError(f"no capital on record for {country!r}")
+    return CAPITALS[country]
 
 
 def crew_model(llm: Any, *, stream: bool = False) -> LLM:

@@ -29,7 +29,9 @@ FORECASTS = {"Paris": "sunny", "Oslo": "snowy", "Lima": "foggy", "Cairo": "hot",
 @function_tool
 def get_forecast(city: str) -> str:
     """Tomorrow's weather in a city."""
-    return FORECASTS.get(city, "unknown")
+    if city not in FORECASTS:
+        raise ValueError(f"no forecast for {city!r}")
+    return FORECASTS[city]
 
 
 def model_client(llm: Any) -> AsyncOpenAI:

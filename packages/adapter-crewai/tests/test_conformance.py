@@ -64,3 +64,11 @@ class TestCrewAIConformance(AdapterConformance):
             llm_ids = [span.attributes[semconv.GEN_AI_RESPONSE_ID] for span in run.of_kind(SpanKind.LLM)]
             role_ids = [span.attributes[semconv.GEN_AI_RESPONSE_ID] for span in run.of_kind(SpanKind.ROLE)]
             assert role_ids == llm_ids
+
+    async def test_a_tool_that_raises_is_a_failed_tool_span(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(self, "task", lambda index: f"What is the capital of Atlantis? (case {index + 1})")
+        (run,) = (await self.run_rollouts(1, "async")).runs
+        (tool,) = run.of_kind(SpanKind.TOOL)
+        assert tool.attributes[semconv.TOOL_SUCCESS] is False
+        assert tool.attributes[semconv.ERROR_TYPE] == "ValueError"
+        assert "Atlantis" in (tool.status_message or "")

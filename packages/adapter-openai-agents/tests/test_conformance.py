@@ -11,7 +11,8 @@ import importlib.util
 from pathlib import Path
 from types import ModuleType
 
-from agents import Runner, set_trace_processors
+import pytest
+from agents import Runner
 
 from relight import semconv
 from relight.agent import LLM
@@ -21,10 +22,6 @@ from relight.stores.memory import InMemoryStore
 from relight.testing.adapters import AdapterConformance
 from relight.testing.upstream import Script, ScriptedUpstream
 from relight_openai_agents import OpenAIAgentsAdapter
-
-# The SDK's default processor would export every trace to OpenAI; tests stay offline with relight's alone.
-# (Before the example loads: it instruments on import, and set_trace_processors replaces the whole list.)
-set_trace_processors([])
 
 
 def _load_example() -> ModuleType:
@@ -97,3 +94,10 @@ class TestOpenAIAgentsConformance(AdapterConformance):
                     role_span.attributes[semconv.GEN_AI_INPUT_MESSAGES]
                     == llm_span.attributes[semconv.GEN_AI_INPUT_MESSAGES]
                 )
+
+    async def test_a_tool_that_raises_is_a_failed_tool_span(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(self, "task", lambda index: f"What will the weather be in Atlantis on day {index + 1}?")
+        (run,) = (await self.run_rollouts(1, "async")).runs
+        (tool,) = run.of_kind(SpanKind.TOOL)
+        assert tool.attributes[semconv.TOOL_SUCCESS] is False
+        assert tool.status_code == "ERROR"

@@ -23,7 +23,7 @@ class CrewAIAdapter(Instrumentor):
             from relight_crewai._listener import EventListener
         except ImportError as error:
             raise ImportError("relight-crewai needs CrewAI: pip install crewai") from error
-        self._listener = EventListener()
+        self._listener = EventListener(self.framework)
         self._listener.attach()
 
     def _uninstrument(self) -> None:

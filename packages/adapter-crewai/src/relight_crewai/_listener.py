@@ -29,9 +29,7 @@ from relight.context import current_attempt
 from relight.instrumentation import guarded
 from relight.roles import end_role_span, end_tool_span, start_role_span, start_tool_span
 
-__all__ = ["FRAMEWORK", "EventListener"]
-
-FRAMEWORK = "crewai"
+__all__ = ["EventListener"]
 
 _LLMEvent = LLMCallStartedEvent | LLMCallCompletedEvent | LLMCallFailedEvent
 _ToolEvent = ToolUsageStartedEvent | ToolUsageFinishedEvent | ToolUsageErrorEvent
@@ -40,7 +38,8 @@ _ToolEvent = ToolUsageStartedEvent | ToolUsageFinishedEvent | ToolUsageErrorEven
 class EventListener:
     """Subscribes to the bus on :meth:`attach`, unsubscribes on :meth:`detach`."""
 
-    def __init__(self) -> None:
+    def __init__(self, framework: str) -> None:
+        self.framework = framework
         self._lock = threading.Lock()
         self._waiting: dict[str, BaseEvent] = {}
         self._handlers: list[tuple[type[BaseEvent], Callable[[Any, Any], None]]] = [
@@ -66,7 +65,7 @@ class EventListener:
     def _on_llm_event(self, source: Any, event: _LLMEvent) -> None:
         pair = self._pair(f"llm {event.call_id}", event, started=isinstance(event, LLMCallStartedEvent))
         if pair is not None:
-            _record_llm_call(*pair)
+            _record_llm_call(*pair, framework=self.framework)
 
     @guarded
     def _on_tool_event(self, source: Any, event: _ToolEvent) -> None:
@@ -75,7 +74,7 @@ class EventListener:
         key = event.event_id if started else event.started_event_id
         pair = self._pair(f"tool {key}", event, started=started)
         if pair is not None:
-            _record_tool_use(*pair)
+            _record_tool_use(*pair, framework=self.framework)
 
     def _pair(self, key: str, event: BaseEvent, *, started: bool) -> tuple[Any, Any] | None:
         """The (start, end) events once both have arrived; None for the first of the two."""
@@ -89,14 +88,16 @@ class EventListener:
         return (event, other) if started else (other, event)
 
 
-def _record_llm_call(start: LLMCallStartedEvent, end: LLMCallCompletedEvent | LLMCallFailedEvent) -> None:
+def _record_llm_call(
+    start: LLMCallStartedEvent, end: LLMCallCompletedEvent | LLMCallFailedEvent, *, framework: str
+) -> None:
     role = end.agent_role or start.agent_role
     if not role:
         return  # a call made outside any agent (``llm.call(...)``) has no role to train
     messages = start.messages
     span = start_role_span(
         role,
-        framework=FRAMEWORK,
+        framework=framework,
         run_id=end.call_id,
         input_messages=[{"role": "user", "content": messages}] if isinstance(messages, str) else messages,
         start_time=_nanoseconds(start.timestamp),
@@ -109,11 +110,13 @@ def _record_llm_call(start: LLMCallStartedEvent, end: LLMCallCompletedEvent | LL
     end_role_span(span, response_id=response_id, end_time=_nanoseconds(end.timestamp))
 
 
-def _record_tool_use(start: ToolUsageStartedEvent, end: ToolUsageFinishedEvent | ToolUsageErrorEvent) -> None:
+def _record_tool_use(
+    start: ToolUsageStartedEvent, end: ToolUsageFinishedEvent | ToolUsageErrorEvent, *, framework: str
+) -> None:
     span = start_tool_span(
         end.tool_name,
         role=end.agent_role or start.agent_role or "",
-        framework=FRAMEWORK,
+        framework=framework,
         run_id=start.event_id,
         start_time=_nanoseconds(start.timestamp),
     )

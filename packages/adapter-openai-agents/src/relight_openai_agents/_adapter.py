@@ -28,7 +28,7 @@ class OpenAIAgentsAdapter(Instrumentor):
                 raise ImportError(
                     "relight-openai-agents needs the OpenAI Agents SDK: pip install openai-agents"
                 ) from error
-            self._processor = RelightTracingProcessor()
+            self._processor = RelightTracingProcessor(self.framework)
             add_trace_processor(self._processor)
         self._processor.enabled = True
 

@@ -29,9 +29,7 @@ from relight import semconv
 from relight.instrumentation import guarded
 from relight.roles import end_role_span, end_tool_span, start_role_span, start_tool_span
 
-__all__ = ["FRAMEWORK", "RelightTracingProcessor"]
-
-FRAMEWORK = "openai_agents"
+__all__ = ["RelightTracingProcessor"]
 
 
 class RelightTracingProcessor(TracingProcessor):
@@ -41,7 +39,8 @@ class RelightTracingProcessor(TracingProcessor):
     and keeps the others, so ours stays registered and goes quiet.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, framework: str) -> None:
+        self.framework = framework
         self.enabled = True
         self._lock = threading.Lock()
         self._roles: dict[str, str | None] = {}
@@ -66,9 +65,9 @@ class RelightTracingProcessor(TracingProcessor):
         if not self.enabled or role is None:
             return
         if isinstance(data, GenerationSpanData | ResponseSpanData):
-            opened = start_role_span(role, framework=FRAMEWORK, run_id=span.span_id)
+            opened = start_role_span(role, framework=self.framework, run_id=span.span_id)
         elif isinstance(data, FunctionSpanData):
-            opened = start_tool_span(data.name, role=role, framework=FRAMEWORK, run_id=span.span_id)
+            opened = start_tool_span(data.name, role=role, framework=self.framework, run_id=span.span_id)
         else:
             return
         if opened is not None:
