@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import io
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from rich.console import Console
 
 from relight import semconv
 from relight.agent import LLM
 from relight.models import SpanKind
 from relight.testing.adapters import AdapterConformance
-from relight.testing.upstream import Script
+from relight.testing.upstream import Script, ScriptedUpstream
+from relight.trainer import Trainer
 from relight_crewai import CrewAIAdapter
 
 pytestmark = [
@@ -72,3 +75,12 @@ class TestCrewAIConformance(AdapterConformance):
         assert tool.attributes[semconv.TOOL_SUCCESS] is False
         assert tool.attributes[semconv.ERROR_TYPE] == "ValueError"
         assert "Atlantis" in (tool.status_message or "")
+
+
+async def test_the_example_earns_its_reward_in_dev_mode() -> None:
+    app = example()
+    async with ScriptedUpstream(app.scripted_model) as upstream:
+        results = await Trainer(console=Console(file=io.StringIO())).adev(
+            app.answer, app.TASKS, base_url=upstream.base_url, model=upstream.model, api_key="unused", vllm=True
+        )
+    assert [(result.reward, result.calls, result.failed_calls) for result in results] == [(1.0, 3, 0)] * len(app.TASKS)

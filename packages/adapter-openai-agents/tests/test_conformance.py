@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import io
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 from agents import Runner
+from rich.console import Console
 
 from relight import semconv
 from relight.agent import LLM
@@ -21,6 +23,7 @@ from relight.models import RolloutRequest, SpanKind
 from relight.stores.memory import InMemoryStore
 from relight.testing.adapters import AdapterConformance
 from relight.testing.upstream import Script, ScriptedUpstream
+from relight.trainer import Trainer
 from relight_openai_agents import OpenAIAgentsAdapter
 
 
@@ -101,3 +104,12 @@ class TestOpenAIAgentsConformance(AdapterConformance):
         (tool,) = run.of_kind(SpanKind.TOOL)
         assert tool.attributes[semconv.TOOL_SUCCESS] is False
         assert tool.status_code == "ERROR"
+
+
+async def test_the_example_earns_its_reward_in_dev_mode() -> None:
+    app = example
+    async with ScriptedUpstream(app.scripted_model) as upstream:
+        results = await Trainer(console=Console(file=io.StringIO())).adev(
+            app.forecast, app.TASKS, base_url=upstream.base_url, model=upstream.model, api_key="unused", vllm=True
+        )
+    assert [(result.reward, result.calls, result.failed_calls) for result in results] == [(1.0, 3, 0)] * len(app.TASKS)
