@@ -16,12 +16,15 @@ import contextvars
 import functools
 import logging
 import math
+import multiprocessing
 import os
+import signal
 import socket
 import traceback
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from multiprocessing.context import SpawnProcess
 from typing import Any, cast
 
 from relight import tracing
@@ -31,9 +34,10 @@ from relight.context import attempt_scope
 from relight.errors import ConfigError, LeaseLostError
 from relight.gateway.sessions import api_key_for
 from relight.models import Attempt, AttemptStatus, Mode, Rollout, new_id
+from relight.plugins import open_store
 from relight.store import DEFAULT_LEASE_SECONDS, Store
 
-__all__ = ["Runner", "RunnerStats", "llm_for"]
+__all__ = ["Runner", "RunnerProcesses", "RunnerStats", "llm_for", "run_runner_process"]
 
 logger = logging.getLogger(__name__)
 
@@ -240,6 +244,63 @@ class Runner:
             self.stats.timed_out += 1
         else:
             self.stats.failed += 1
+
+
+def run_runner_process(agent: Agent, store_url: str, options: Mapping[str, Any]) -> None:
+    """A runner process's main: run ``Runner(agent, open_store(store_url), **options)`` until SIGTERM or SIGINT."""
+
+    async def main() -> None:
+        store = open_store(store_url)
+        runner = Runner(agent, store, **options)
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, runner.stop)
+        try:
+            await runner.run()
+        finally:
+            await store.close()
+
+    asyncio.run(main())
+
+
+class RunnerProcesses:
+    """``count`` runner processes sharing the store at ``store_url`` (an HTTP store server).
+
+    The agent travels to each process by pickling (a ``@relight.rollout`` function by its module and
+    name), so it must be importable there. Processes start fresh (``spawn``): no state is inherited.
+
+    Args:
+        options: keyword arguments of :class:`Runner` (``gateway_url``, ``model``, ``concurrency``, …).
+    """
+
+    def __init__(self, count: int, agent: Agent, store_url: str, **options: Any) -> None:
+        if count < 1:
+            raise ConfigError(f"the number of runner processes must be at least 1, got {count}")
+        context = multiprocessing.get_context("spawn")
+        self.processes: list[SpawnProcess] = []
+        for index in range(count):
+            own = dict(options)
+            if "worker_id" in own:
+                own["worker_id"] = f"{own['worker_id']}-{index}"
+            process = context.Process(
+                target=run_runner_process, args=(agent, store_url, own), name=f"relight-runner-{index}", daemon=True
+            )
+            self.processes.append(process)
+
+    def start(self) -> None:
+        for process in self.processes:
+            process.start()
+
+    def stop(self, *, grace_seconds: float = 30.0) -> None:
+        """Ask each process to finish its attempts and exit; kill those still running after ``grace_seconds``."""
+        for process in self.processes:
+            if process.pid is not None and process.is_alive():
+                os.kill(process.pid, signal.SIGTERM)
+        for process in self.processes:
+            process.join(grace_seconds)
+            if process.is_alive():
+                process.kill()
+                process.join()
 
 
 class _TimedOut(Exception):

@@ -2,33 +2,52 @@
 
 ``Trainer().dev(agent, tasks, base_url=..., model=...)`` checks the wiring against any
 OpenAI-compatible endpoint: it runs each task once and prints a table of rewards, calls and errors.
-``Trainer(algorithm=...).fit(agent, train, val)`` trains (see :meth:`Trainer.fit`).
+
+``Trainer(algorithm=...).fit(agent, train, val)`` trains. Each step enqueues ``batch_size`` tasks
+``n_samples`` times each (the samples of a task share a group, for GRPO), waits for them, turns them
+into transitions (:class:`relight.transitions.TransitionBuilder`) and hands those to
+``algorithm.update`` while the gateway is paused, then publishes the new policy version.
+Validation runs before training, every ``val_every`` steps and at the end.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncGenerator, Sequence
+import statistics
+import time
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypedDict
 
 from pydantic import JsonValue
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from relight import semconv
+from relight._server import AsgiServer
 from relight.agent import Agent
 from relight.algorithm import Algorithm, UpstreamTarget
 from relight.errors import ConfigError
 from relight.gateway import Gateway, OpenAIUpstream, Retokenizer, Upstream
-from relight.models import Mode, Rollout, RolloutRequest, RolloutStatus, Span, SpanKind
+from relight.models import Mode, Resources, Rollout, RolloutRequest, RolloutStatus, SpanKind
 from relight.plugins import open_store
-from relight.runner import Runner
+from relight.runner import Runner, RunnerProcesses
 from relight.store import Store
+from relight.transitions import TransitionBuilder, episode_return
 
-__all__ = ["DevResult", "Trainer"]
+__all__ = ["DevResult", "GatewayOptions", "Trainer"]
+
+
+class GatewayOptions(TypedDict, total=False):
+    """How the trainer's gateway is set up (see :class:`relight.gateway.Gateway`)."""
+
+    host: str
+    port: int
+    retokenizer: Retokenizer
+    max_body_bytes: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +66,6 @@ class DevResult:
 class _Loop:
     store: Store
     gateway: Gateway
-    runner: Runner
 
 
 class Trainer:
@@ -56,11 +74,18 @@ class Trainer:
     Args:
         algorithm: what serves and trains the policy; only :meth:`fit` needs one.
         store: a store, or a URL for :func:`relight.open_store`; ``memory://`` by default.
-        concurrency: rollouts running at once.
+        n_runners: runner processes; 1 runs the agent in this process. With more, a store that
+            lives in this process is served to them over HTTP on loopback.
+        concurrency: rollouts running at once in each runner.
+        batch_size: tasks per training step.
+        n_samples: rollouts per task in a step (one group).
+        epochs: passes over the training tasks.
+        val_every: validate every this many steps (and before and after training); None: only after.
+        transitions: how rollouts become transitions (role filter, credit, groups).
         max_attempts: tries per rollout before it fails.
         timeout: seconds one attempt may run; None for no limit.
-        retokenizer: makes token ids when an upstream returns none (see :mod:`relight.gateway.retokenize`).
-        gateway_host, gateway_port: where the gateway listens (loopback and a free port by default).
+        checkpoint_dir: where ``algorithm.save`` writes after each step (``step-<n>``); None: never.
+        gateway: how the gateway listens and retokenizes.
         console: where tables and progress go.
     """
 
@@ -69,23 +94,151 @@ class Trainer:
         algorithm: Algorithm | None = None,
         *,
         store: Store | str = "memory://",
+        n_runners: int = 1,
         concurrency: int = 16,
+        batch_size: int = 8,
+        n_samples: int = 4,
+        epochs: int = 1,
+        val_every: int | None = None,
+        transitions: TransitionBuilder | None = None,
         max_attempts: int = 3,
         timeout: float | None = None,
-        retokenizer: Retokenizer | None = None,
-        gateway_host: str = "127.0.0.1",
-        gateway_port: int = 0,
+        checkpoint_dir: str | Path | None = None,
+        gateway: GatewayOptions | None = None,
         console: Console | None = None,
     ) -> None:
+        for name, value in (("n_runners", n_runners), ("batch_size", batch_size), ("n_samples", n_samples)):
+            if value < 1:
+                raise ConfigError(f"{name} must be at least 1, got {value}")
         self.algorithm = algorithm
         self.store = store
+        self.n_runners = n_runners
         self.concurrency = concurrency
+        self.batch_size = batch_size
+        self.n_samples = n_samples
+        self.epochs = epochs
+        self.val_every = val_every
+        self.transitions = transitions or TransitionBuilder()
         self.max_attempts = max_attempts
         self.timeout = timeout
-        self.retokenizer = retokenizer
-        self.gateway_host = gateway_host
-        self.gateway_port = gateway_port
+        self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
+        self.gateway_options: GatewayOptions = gateway or {}
         self.console = console or Console()
+
+    # -- fit --------------------------------------------------------------------------------------
+
+    def fit(
+        self, agent: Agent, train_dataset: Sequence[JsonValue], val_dataset: Sequence[JsonValue] | None = None
+    ) -> list[dict[str, float]]:
+        """Train the algorithm's policy on the agent's rollouts; returns each step's metrics."""
+        return asyncio.run(self.afit(agent, train_dataset, val_dataset))
+
+    async def afit(
+        self, agent: Agent, train_dataset: Sequence[JsonValue], val_dataset: Sequence[JsonValue] | None = None
+    ) -> list[dict[str, float]]:
+        """:meth:`fit` on the running event loop."""
+        algorithm = self.algorithm
+        if algorithm is None:
+            raise ConfigError("fit() needs a Trainer(algorithm=...): relight-torch or relight-verl provide one")
+        if not train_dataset:
+            raise ConfigError("train_dataset is empty; fit() needs at least one task")
+        history: list[dict[str, float]] = []
+        async with self._loop(agent, algorithm.upstreams(), algorithm.model) as loop:
+            resources = await self._publish(loop, algorithm)
+            if val_dataset and self.val_every is not None:
+                history.append(await self._validate(loop, val_dataset, resources, step=0))
+            step = 0
+            for epoch in range(self.epochs):
+                for start in range(0, len(train_dataset), self.batch_size):
+                    step += 1
+                    batch = train_dataset[start : start + self.batch_size]
+                    metrics = await self._train_step(loop, algorithm, batch, resources, step)
+                    metrics["epoch"] = epoch
+                    resources = await self._publish(loop, algorithm)
+                    if self.checkpoint_dir is not None:
+                        await asyncio.to_thread(algorithm.save, self.checkpoint_dir / f"step-{step}")
+                    if val_dataset and self.val_every and step % self.val_every == 0:
+                        metrics |= await self._validate(loop, val_dataset, resources, step)
+                    history.append(metrics)
+                    self._report(metrics)
+            if val_dataset and not (self.val_every and step % self.val_every == 0):
+                history.append(await self._validate(loop, val_dataset, resources, step))
+                self._report(history[-1])
+        return history
+
+    async def _train_step(
+        self, loop: _Loop, algorithm: Algorithm, batch: Sequence[JsonValue], resources: Resources, step: int
+    ) -> dict[str, float]:
+        requests = [
+            RolloutRequest(
+                input=task,
+                group_id=f"step{step}-task{start}",
+                max_attempts=self.max_attempts,
+                resources_version=resources.version,
+                metadata={"step": step},
+            )
+            for start, task in enumerate(batch)
+            for _ in range(self.n_samples)
+        ]
+        began = time.perf_counter()
+        rollouts = await self._run_batch(loop, requests, f"step {step}")
+        await loop.gateway.flush()
+        transitions = await self.transitions.from_store(loop.store, rollouts)
+        rolled = time.perf_counter()
+        async with loop.gateway.paused():
+            metrics = {key: float(value) for key, value in (await algorithm.update(transitions)).items()}
+        updated = time.perf_counter()
+        returns = await self._returns(loop.store, rollouts)
+        return {
+            "step": step,
+            **metrics,
+            "policy_version": algorithm.policy_version,
+            "rollouts": len(rollouts),
+            "rollouts_failed": sum(r.status is not RolloutStatus.SUCCEEDED for r in rollouts),
+            "transitions": len(transitions),
+            "reward_mean": statistics.fmean(returns) if returns else 0.0,
+            "time_rollouts_s": rolled - began,
+            "time_update_s": updated - rolled,
+        }
+
+    async def _validate(
+        self, loop: _Loop, dataset: Sequence[JsonValue], resources: Resources, step: int
+    ) -> dict[str, float]:
+        requests = [
+            RolloutRequest(
+                input=task, mode=Mode.VAL, max_attempts=self.max_attempts, resources_version=resources.version
+            )
+            for task in dataset
+        ]
+        rollouts = await self._run_batch(loop, requests, f"val @ step {step}")
+        await loop.gateway.flush()
+        returns = await self._returns(loop.store, rollouts)
+        succeeded = sum(r.status is RolloutStatus.SUCCEEDED for r in rollouts)
+        return {
+            "step": step,
+            "val_reward_mean": statistics.fmean(returns) if returns else 0.0,
+            "val_success_rate": succeeded / len(rollouts),
+        }
+
+    async def _publish(self, loop: _Loop, algorithm: Algorithm) -> Resources:
+        """Make the algorithm's current policy the served and published one."""
+        loop.gateway.policy_version = algorithm.policy_version
+        items: dict[str, JsonValue] = {"model": algorithm.model, "policy_version": algorithm.policy_version}
+        return await loop.store.publish_resources({**items, **algorithm.resources()})
+
+    async def _returns(self, store: Store, rollouts: Sequence[Rollout]) -> list[float]:
+        """Each succeeded rollout's return (the sum of its last attempt's rewards; 0 when it had none)."""
+        returns: list[float] = []
+        for rollout in rollouts:
+            if rollout.status is RolloutStatus.SUCCEEDED:
+                attempts = await store.list_attempts(rollout.rollout_id)
+                spans = await store.query_spans(rollout.rollout_id, attempts[-1].attempt_id)
+                returns.append(episode_return(spans) or 0.0)
+        return returns
+
+    def _report(self, metrics: Mapping[str, float]) -> None:
+        shown = "  ".join(f"{key}={value:.4g}" for key, value in metrics.items())
+        self.console.print(f"[bold]step {int(metrics['step'])}[/]  {shown}", highlight=False)
 
     # -- dev --------------------------------------------------------------------------------------
 
@@ -145,34 +298,51 @@ class Trainer:
     async def _loop(
         self, agent: Agent, upstreams: Sequence[UpstreamTarget | Upstream], model: str
     ) -> AsyncGenerator[_Loop]:
-        """A store, a gateway in front of ``upstreams`` and a runner working on them, for the block's duration."""
+        """A store, a gateway in front of ``upstreams`` and runners working on them, for the block's duration."""
         store = open_store(self.store) if isinstance(self.store, str) else self.store
         try:
             async with Gateway(
                 store,
                 upstreams,
-                retokenizer=self.retokenizer,
                 policy_version=self.algorithm.policy_version if self.algorithm is not None else None,
-                host=self.gateway_host,
-                port=self.gateway_port,
+                **self.gateway_options,
             ) as gateway:
-                runner = Runner(
-                    agent,
-                    store,
-                    gateway_url=gateway.url,
-                    model=model,
-                    concurrency=self.concurrency,
-                    timeout=self.timeout,
-                )
-                running = asyncio.create_task(runner.run())
-                try:
-                    yield _Loop(store, gateway, runner)
-                finally:
-                    runner.stop()
-                    await running
+                options: dict[str, Any] = {
+                    "gateway_url": gateway.url,
+                    "model": model,
+                    "concurrency": self.concurrency,
+                    "timeout": self.timeout,
+                }
+                if self.n_runners == 1:
+                    runner = Runner(agent, store, **options)
+                    running = asyncio.create_task(runner.run())
+                    try:
+                        yield _Loop(store, gateway)
+                    finally:
+                        runner.stop()
+                        await running
+                else:
+                    async with self._shared(store) as store_url:
+                        processes = RunnerProcesses(self.n_runners, agent, store_url, **options)
+                        processes.start()
+                        try:
+                            yield _Loop(store, gateway)
+                        finally:
+                            await asyncio.to_thread(processes.stop)
         finally:
             if isinstance(self.store, str):
                 await store.close()
+
+    @asynccontextmanager
+    async def _shared(self, store: Store) -> AsyncGenerator[str]:
+        """A URL runner processes can open ``store`` by: its own when it is an HTTP store, else served here."""
+        if isinstance(self.store, str) and self.store.startswith(("http://", "https://")):
+            yield self.store
+            return
+        from relight.stores.http.server import create_app
+
+        async with AsgiServer(create_app(store)) as server:
+            yield server.url
 
     async def _run_batch(self, loop: _Loop, requests: Sequence[RolloutRequest], label: str) -> list[Rollout]:
         """Enqueue rollouts and wait for all of them, showing progress."""
@@ -190,16 +360,11 @@ class Trainer:
 
 async def _dev_result(store: Store, rollout: Rollout) -> DevResult:
     attempts = await store.list_attempts(rollout.rollout_id)
-    spans: list[Span] = await store.query_spans(rollout.rollout_id, attempts[-1].attempt_id) if attempts else []
-    rewards = [
-        float(value)
-        for span in spans
-        if span.kind is SpanKind.REWARD and isinstance(value := span.attributes.get(semconv.REWARD), int | float)
-    ]
+    spans = await store.query_spans(rollout.rollout_id, attempts[-1].attempt_id) if attempts else []
     calls = [span for span in spans if span.kind is SpanKind.LLM]
     return DevResult(
         rollout=rollout,
-        reward=sum(rewards) if rewards else None,
+        reward=episode_return(spans),
         calls=len(calls),
         failed_calls=sum(span.status_code == "ERROR" for span in calls),
     )

@@ -27,7 +27,7 @@ from relight.credit import Call, CreditAssigner, Episode, Event, credit_assigner
 from relight.models import AttemptStatus, Rollout, RolloutStatus, Span, SpanKind, Transition
 from relight.store import Store
 
-__all__ = ["RoleFilter", "TransitionBuilder", "read_jsonl", "write_jsonl"]
+__all__ = ["RoleFilter", "TransitionBuilder", "episode_return", "read_jsonl", "write_jsonl"]
 
 logger = logging.getLogger(__name__)
 
@@ -226,6 +226,16 @@ def _messages_key(text: JsonValue | None) -> tuple[tuple[str, str], ...] | None:
             )
         key.append((str(entry.get("role", "")), "" if content is None else str(content)))
     return tuple(key)
+
+
+def episode_return(spans: Iterable[Span]) -> float | None:
+    """The sum of an attempt's rewards (returned or emitted); None when it recorded none."""
+    rewards = [
+        value
+        for span in spans
+        if span.kind is SpanKind.REWARD and (value := _number(span.attributes.get(semconv.REWARD))) is not None
+    ]
+    return sum(rewards) if rewards else None
 
 
 def _number(value: JsonValue | None) -> float | None:
