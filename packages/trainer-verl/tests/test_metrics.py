@@ -12,7 +12,7 @@ from verl.trainer.config import AlgoConfig
 from relight.models import Transition
 from relight_verl.advantages import compute_advantages
 from relight_verl.batch import build_batch
-from relight_verl.metrics import MetricsLog, update_metrics
+from relight_verl.metrics import HEADLINE, MetricsLog, headline, update_metrics
 
 
 def transition(group: str, prompt: list[int], response: list[int], reward: float, **fields: object) -> Transition:
@@ -55,6 +55,11 @@ def test_update_metrics_leave_out_padding_and_count_what_was_dropped() -> None:
     assert metrics["timing_per_token_ms/update_actor"] == pytest.approx(1500 / 12)
     assert (metrics["relight/padded"], metrics["relight/dropped_empty"], metrics["relight/retokenized"]) == (1, 1, 1)
     assert all(isinstance(value, float) for value in metrics.values())
+
+    shown = headline(metrics)
+    assert list(shown) == [key for key in HEADLINE if key in metrics]
+    assert shown["relight/padded"] == 1
+    assert "critic/score/mean" not in shown  # in the metrics file, not on the console
 
 
 def test_metrics_log_writes_json_lines_and_feeds_verls_loggers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -108,15 +108,16 @@ class VerlAlgorithm:
         return {}
 
     async def update(self, transitions: Sequence[Transition]) -> Mapping[str, float]:
-        """One PPO update on ``transitions`` (the gateway is paused); returns its metrics.
+        """One PPO update on ``transitions`` (the gateway is paused); returns its headline metrics.
 
-        Runs in a worker thread: verl's driver calls block on Ray for the whole update.
+        Every metric (verl's ~80) goes to the metrics file and the configured loggers. Runs in a
+        worker thread: verl's driver calls block on Ray for the whole update.
         """
         return await asyncio.to_thread(self._update, transitions)
 
     def _update(self, transitions: Sequence[Transition]) -> dict[str, float]:
         from relight_verl.batch import build_batch
-        from relight_verl.metrics import update_metrics
+        from relight_verl.metrics import headline, update_metrics
 
         trainer = self._started()
         config = self.config
@@ -150,7 +151,7 @@ class VerlAlgorithm:
         assert self._metrics is not None
         self._metrics.log(trainer.global_steps, metrics)
         self._last_update_end = time.monotonic()
-        return metrics
+        return headline(metrics)
 
     def save(self, directory: Path) -> None:
         """Write actor (and critic) weights and optimizer state in verl's layout under ``directory``."""
