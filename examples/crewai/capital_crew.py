@@ -33,25 +33,34 @@ def crew_model(llm: Any, *, stream: bool = False) -> LLM:
     return LLM(model=f"openai/{llm.model}", base_url=llm.base_url, api_key=llm.api_key, stream=stream)
 
 
-def build_crew(llm: Any, question: str, *, stream: bool = False) -> Crew:
-    """Researcher (with the lookup tool) → Writer, in sequence."""
-    model = crew_model(llm, stream=stream)
-    researcher = Agent(
+def researcher(model: LLM) -> Agent:
+    """Finds the capital with the lookup tool."""
+    return Agent(
         role="Researcher",
         goal="Find the facts a question needs, using your tools.",
         backstory="You look facts up instead of guessing.",
         llm=model,
         tools=[capital_of],
     )
-    writer = Agent(
+
+
+def writer(model: LLM) -> Agent:
+    """States the answer in the form the reward reads."""
+    return Agent(
         role="Writer",
         goal="State the answer in the form 'Answer: <city>'.",
         backstory="You write one precise line.",
         llm=model,
     )
-    research = Task(description=question, expected_output="The capital city.", agent=researcher)
-    answer = Task(description=f"Write the final answer to: {question}", expected_output="Answer: <city>", agent=writer)
-    return Crew(agents=[researcher, writer], tasks=[research, answer], process=Process.sequential)
+
+
+def build_crew(llm: Any, question: str, *, stream: bool = False) -> Crew:
+    """Researcher (with the lookup tool) → Writer, in sequence."""
+    model = crew_model(llm, stream=stream)
+    finder, author = researcher(model), writer(model)
+    research = Task(description=question, expected_output="The capital city.", agent=finder)
+    answer = Task(description=f"Write the final answer to: {question}", expected_output="Answer: <city>", agent=author)
+    return Crew(agents=[finder, author], tasks=[research, answer], process=Process.sequential)
 
 
 def score(output: CrewOutput, expected: str) -> float:

@@ -32,6 +32,10 @@ pytestmark = [
 COUNTRIES = ("Norway", "Peru", "Egypt", "France", "Ireland")
 
 
+def capital_question(index: int) -> str:
+    return f"What is the capital of {COUNTRIES[index % len(COUNTRIES)]}? (case {index + 1})"
+
+
 @functools.cache
 def example() -> ModuleType:
     path = Path(__file__).resolve().parents[3] / "examples" / "crewai" / "capital_crew.py"
@@ -54,7 +58,7 @@ class TestCrewAIConformance(AdapterConformance):
         return example().scripted_model
 
     def task(self, index: int) -> str:
-        return f"What is the capital of {COUNTRIES[index % len(COUNTRIES)]}? (case {index + 1})"
+        return capital_question(index)
 
     def run_sync(self, task: str, llm: LLM) -> None:
         example().build_crew(llm, task).kickoff()
@@ -75,6 +79,30 @@ class TestCrewAIConformance(AdapterConformance):
         assert tool.attributes[semconv.TOOL_SUCCESS] is False
         assert tool.attributes[semconv.ERROR_TYPE] == "ValueError"
         assert "Atlantis" in (tool.status_message or "")
+
+
+class TestStandaloneAgentConformance(AdapterConformance):
+    """A bare ``Agent.kickoff``: unlike a crew's, it does not wait for the bus's handlers, so after_run flushes."""
+
+    adapter_name = "crewai"
+    adapter = CrewAIAdapter
+    roles = ("Researcher", "Researcher")
+    tools = (("capital_of", "Researcher"),)
+
+    def script(self) -> Script:
+        return example().scripted_model
+
+    def task(self, index: int) -> str:
+        return capital_question(index)
+
+    def run_sync(self, task: str, llm: LLM) -> None:
+        example().researcher(example().crew_model(llm)).kickoff(task)
+
+    async def run_async(self, task: str, llm: LLM, *, stream: bool) -> None:
+        await example().researcher(example().crew_model(llm, stream=stream)).kickoff_async(task)
+
+    def after_run(self) -> None:
+        assert CrewAIAdapter().flush()
 
 
 async def test_the_example_earns_its_reward_in_dev_mode() -> None:
