@@ -218,3 +218,23 @@ async def test_upstream_failure_is_a_502_and_a_recorded_error(stream: bool) -> N
     assert raised.value.status_code == 502
     (span,) = await store.query_spans(claimed[0].rollout_id)
     assert span.status_code == "ERROR"
+
+
+async def test_a_reply_cut_at_the_token_limit_is_an_incomplete_response() -> None:
+    store = InMemoryStore()
+    await store.enqueue([RolloutRequest(input="task")])
+    claimed = await store.claim("worker")
+    assert claimed is not None
+    cut = turns(Reply("Sunny and", finish_reason="length"))
+    async with ScriptedUpstream(cut) as upstream, Gateway(store, [upstream.base_url]) as gateway:
+        base_url = gateway.base_url_for(claimed[0].rollout_id, claimed[1].attempt_id)
+        async with openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0) as client:
+            whole = await client.responses.create(model="scripted", input="Weather?", max_output_tokens=9)
+            stream = await client.responses.create(model="scripted", input="Weather?", max_output_tokens=9, stream=True)
+            events = [event async for event in stream]
+    assert whole.status == "incomplete"
+    assert whole.incomplete_details is not None
+    assert whole.incomplete_details.reason == "max_output_tokens"
+    assert whole.output_text == "Sunny and"
+    assert events[-1].type == "response.incomplete"
+    assert events[-1].response.output_text == "Sunny and"
