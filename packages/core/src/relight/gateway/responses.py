@@ -7,7 +7,8 @@ translated back, whole or as Responses stream events. The reply's id is the chat
 the LLM span's ``gen_ai.response.id`` is the id the framework sees.
 
 The gateway keeps no conversation state: ``previous_response_id`` and ``conversation`` are
-refused (send the whole conversation as ``input``), and so are hosted tools and non-text content.
+refused (send the whole conversation as ``input``), and so are stored prompts, background mode,
+hosted tools and non-text content.
 Reasoning items in the input are dropped, as chat requests have no place for them.
 """
 
@@ -24,7 +25,13 @@ __all__ = ["ResponseStream", "chat_request", "response_from_chat", "sse"]
 
 Json = dict[str, Any]
 
-_STATEFUL_FIELDS = ("previous_response_id", "conversation", "prompt", "background")
+_STATELESS = "the gateway keeps no conversation state; send the whole conversation as input"
+_UNSERVED_FIELDS = {
+    "previous_response_id": _STATELESS,
+    "conversation": _STATELESS,
+    "prompt": "stored prompts live on OpenAI's servers; send instructions and input instead",
+    "background": "the gateway answers while the client waits",
+}
 _TEXT_PARTS = {"input_text": "text", "output_text": "text", "text": "text", "refusal": "refusal"}
 
 
@@ -37,14 +44,9 @@ def chat_request(body: Json) -> Json:
     Raises:
         GatewayError: 400, naming the field the gateway cannot serve.
     """
-    for name in _STATEFUL_FIELDS:
+    for name, reason in _UNSERVED_FIELDS.items():
         if body.get(name):
-            raise GatewayError(
-                400,
-                f"{name} is not supported: the gateway keeps no conversation state; send the whole conversation "
-                "as input",
-                param=name,
-            )
+            raise GatewayError(400, f"{name} is not supported: {reason}", param=name)
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise GatewayError(400, "model is required (a model name the gateway serves)", param="model")
