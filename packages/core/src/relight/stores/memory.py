@@ -81,6 +81,7 @@ class InMemoryStore:
         _rules.check_lease_seconds(lease_seconds)
         deadline = deadline_after(timeout)
         while True:
+            self._check_open()
             seen = self._changes.version
             self._reap_expired()
             rollout_id = next((rid for rid in self._queue if mode is None or self._rollouts[rid].mode is mode), None)
@@ -145,6 +146,7 @@ class InMemoryStore:
             self._get(rollout_id)
         deadline = deadline_after(timeout)
         while True:
+            self._check_open()
             seen = self._changes.version
             self._reap_expired()
             rollouts = [self._rollouts[rid] for rid in rollout_ids]
@@ -229,6 +231,7 @@ class InMemoryStore:
 
     async def close(self) -> None:
         self._closed = True
+        self._changes.notify()  # waiters wake and find the store closed
 
     # -- internals ----------------------------------------------------------------------------
 

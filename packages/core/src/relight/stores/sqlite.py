@@ -391,6 +391,7 @@ class SqliteStore:
         if self._closed:
             return
         self._closed = True
+        self._changes.notify()  # waiters wake and find the store closed
         await asyncio.to_thread(self._shut_down)
 
     # -- internals ----------------------------------------------------------------------------
@@ -526,7 +527,8 @@ class _Writer:
                         batch.append(self._jobs.get_nowait())
                     except queue.Empty:
                         break
-                jobs = [job for job in batch if job is not None]
+                # A job whose caller gave up (a claim whose client went away) is not run at all.
+                jobs = [job for job in batch if job is not None and not job.future.done()]
                 if jobs:
                     self._commit(jobs)
                 if batch[-1] is None:

@@ -490,6 +490,18 @@ class StoreConformance:
         assert stats.attempts_by_status == {"failed": 1, "running": 1}
         assert (stats.spans, stats.resources_versions) == (3, 1)
 
+    async def test_closing_the_store_ends_waits(self, store: Store) -> None:
+        (queued,) = await _queued(store, mode="train")
+        waits = [
+            asyncio.create_task(store.wait([queued.rollout_id])),
+            asyncio.create_task(store.claim("w", timeout=60, mode=Mode.VAL)),
+        ]
+        assert await _still_waiting(waits[0])
+        await store.close()
+        for waiting in waits:
+            with pytest.raises(StoreError):
+                await asyncio.wait_for(waiting, SETTLE)
+
     async def test_a_closed_store_refuses_calls(self, store: Store) -> None:
         await _queued(store)
         await store.close()

@@ -22,10 +22,10 @@ import json
 import signal
 import socket
 import threading
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Coroutine, Generator
 from contextlib import contextmanager
 from types import FrameType
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import uvicorn
 from fastapi import APIRouter, FastAPI, Query, Request
@@ -57,6 +57,8 @@ from relight.stores.http._wire import (
 )
 
 __all__ = ["check_exposure", "create_app", "running_server", "serve"]
+
+T = TypeVar("T")
 
 _JSON = "application/json"
 _GRACE_SECONDS = 1
@@ -106,13 +108,14 @@ def _routes(store: Store, max_poll_seconds: float) -> APIRouter:
         return _reply(ATTEMPTS.dump_json(await store.list_attempts(rollout_id)))
 
     @api.post("/claim")
-    async def claim(body: ClaimBody) -> Response:
-        claimed = await store.claim(
+    async def claim(body: ClaimBody, request: Request) -> Response:
+        claiming = store.claim(
             body.worker_id,
             lease_seconds=body.lease_seconds,
             timeout=min(body.timeout, max_poll_seconds),
             mode=body.mode,
         )
+        claimed = await _unless_disconnected(request, claiming)
         return _reply(CLAIMED.dump_json(None if claimed is None else Claimed(rollout=claimed[0], attempt=claimed[1])))
 
     @api.post("/heartbeat")
@@ -130,9 +133,10 @@ def _routes(store: Store, max_poll_seconds: float) -> APIRouter:
         return _reply(ROLLOUTS.dump_json(await store.cancel(body.rollout_ids)))
 
     @api.post("/wait")
-    async def wait(body: WaitBody) -> Response:
+    async def wait(body: WaitBody, request: Request) -> Response:
         timeout = max_poll_seconds if body.timeout is None else min(body.timeout, max_poll_seconds)
-        return _reply(ROLLOUTS.dump_json(await store.wait(body.rollout_ids, timeout=timeout)))
+        rollouts = await _unless_disconnected(request, store.wait(body.rollout_ids, timeout=timeout))
+        return _reply(ROLLOUTS.dump_json(rollouts))
 
     @api.post("/spans", status_code=204)
     async def add_spans(request: Request) -> Response:
@@ -160,6 +164,28 @@ def _routes(store: Store, max_poll_seconds: float) -> APIRouter:
         return _reply(b'{"status":"ok"}')
 
     return api
+
+
+async def _unless_disconnected(request: Request, long_poll: Coroutine[Any, Any, T]) -> T:
+    """Await a long poll, abandoning it if the client goes away first.
+
+    Otherwise a claim could start an attempt for a worker that is no longer listening, which would
+    hold the rollout until its lease ran out; it also lets the server stop without waiting for polls.
+    """
+    polling = asyncio.ensure_future(long_poll)
+    leaving = asyncio.ensure_future(_disconnect(request))
+    try:
+        await asyncio.wait((polling, leaving), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        leaving.cancel()
+        if not polling.done():
+            polling.cancel()
+    return await polling
+
+
+async def _disconnect(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def _parse_spans(body: bytes) -> list[Span]:
