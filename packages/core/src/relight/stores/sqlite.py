@@ -48,6 +48,7 @@ from relight.models import (
 from relight.store import DEFAULT_LEASE_SECONDS
 from relight.stores import _rules
 from relight.stores._changes import Changes, deadline_after
+from relight.stores._json import span_json
 
 __all__ = ["SqliteStore"]
 
@@ -324,9 +325,16 @@ class SqliteStore:
             for rollout_id in sorted({span.rollout_id for span in spans}):
                 if tx.conn.execute("SELECT 1 FROM rollouts WHERE rollout_id = ?", (rollout_id,)).fetchone() is None:
                     raise _rules.rollout_not_found(rollout_id)
+            # Sequence ids are given here, so the stored JSON is the span exactly as queried. A duplicate
+            # is ignored and leaves its id unused: ids only need to grow.
+            (last,) = tx.conn.execute("SELECT COALESCE(MAX(sequence_id), -1) FROM spans").fetchone()
             cursor = tx.conn.executemany(
-                "INSERT OR IGNORE INTO spans (rollout_id, attempt_id, span_id, data) VALUES (?, ?, ?, ?)",
-                [(span.rollout_id, span.attempt_id, span.span_id, span.model_dump_json()) for span in spans],
+                "INSERT OR IGNORE INTO spans (sequence_id, rollout_id, attempt_id, span_id, data) "
+                "VALUES (?, ?, ?, ?, ?)",
+                [
+                    (seq, span.rollout_id, span.attempt_id, span.span_id, span_json(span, sequence_id=seq).decode())
+                    for seq, span in enumerate(spans, start=last + 1)
+                ],
             )
             tx.conn.execute("UPDATE counters SET value = value + ? WHERE name = 'spans'", (cursor.rowcount,))
 
@@ -336,11 +344,10 @@ class SqliteStore:
         def read(conn: sqlite3.Connection) -> list[Span]:
             _get_rollout(conn, rollout_id)
             rows = conn.execute(
-                "SELECT sequence_id, data FROM spans WHERE rollout_id = ?1 AND (?2 IS NULL OR attempt_id = ?2) "
-                "ORDER BY sequence_id",
+                "SELECT data FROM spans WHERE rollout_id = ?1 AND (?2 IS NULL OR attempt_id = ?2) ORDER BY sequence_id",
                 (rollout_id, attempt_id),
             )
-            return [Span.model_validate_json(data).model_copy(update={"sequence_id": seq}) for seq, data in rows]
+            return [Span.model_validate_json(data) for (data,) in rows]
 
         return await self._read(read)
 

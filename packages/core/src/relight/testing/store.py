@@ -404,6 +404,7 @@ class StoreConformance:
             REWARD: -0.25,
             "relight.prompt_token_ids": [1, 2, 3],
             "nested": {"list": [1, "two", None, True], "text": "héllo ✓"},
+            "beyond 64 bits": 2**70,
         }
         sent = make_span(attempt.rollout_id, attempt.attempt_id, "s-1", attributes=attributes).model_copy(
             update={"parent_id": "p-1", "status_code": "ERROR", "status_message": "bad", "sequence_id": 999_999}

@@ -32,6 +32,7 @@ from relight.models import (
 from relight.store import DEFAULT_LEASE_SECONDS
 from relight.stores import _rules
 from relight.stores._changes import deadline_after
+from relight.stores._json import spans_json
 from relight.stores.http import _wire
 from relight.stores.http._wire import (
     ATTEMPTS,
@@ -165,7 +166,7 @@ class HttpStore:
     async def add_spans(self, spans: Sequence[Span]) -> None:
         self._check_open()
         if spans:
-            await self._post_spans(spans, SPANS.dump_json(list(spans)))
+            await self._post_spans(spans, spans_json(spans))
 
     async def _post_spans(self, spans: Sequence[Span], payload: bytes) -> None:
         if len(payload) <= self.max_request_bytes:
@@ -178,7 +179,7 @@ class HttpStore:
             )
         half = len(spans) // 2
         for part in (spans[:half], spans[half:]):
-            await self._post_spans(part, SPANS.dump_json(list(part)))
+            await self._post_spans(part, spans_json(part))
 
     async def query_spans(self, rollout_id: str, attempt_id: str | None = None) -> list[Span]:
         return SPANS.validate_json(await self._get("/spans", {"rollout_id": rollout_id, "attempt_id": attempt_id}))
