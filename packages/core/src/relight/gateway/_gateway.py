@@ -93,6 +93,7 @@ class Gateway(AsgiServer):
         self._drained = asyncio.Event()
         self._in_flight = 0
         self._held = 0
+        self._unrecorded: list[Exchange] = []
         super().__init__(create_app(self), host=host, port=port)
 
     # -- life -------------------------------------------------------------------------------------
@@ -105,6 +106,7 @@ class Gateway(AsgiServer):
     async def stop(self) -> None:
         """Finish open calls, write every span, close upstream connections."""
         await super().stop()
+        self._write_recorded()
         if self._batcher is not None:
             if self._own_batcher:
                 await self._batcher.aclose()
@@ -115,6 +117,7 @@ class Gateway(AsgiServer):
 
     async def flush(self) -> None:
         """Return once the span of every call answered so far is in the store."""
+        self._write_recorded()
         if self._batcher is not None:
             await self._batcher.flush()
 
@@ -292,13 +295,27 @@ class Gateway(AsgiServer):
         return GatewayError(502, f"upstream failure ({where}): {reason}", code="upstream_error")
 
     def _record(self, exchange: Exchange) -> None:
-        if exchange.error is not None:
-            self.stats.failed += 1
-        elif not exchange.has_token_ids:
-            self._fill_token_ids(exchange)
+        """Queue the exchange's span; it is built and submitted just after the answer has gone out.
+
+        Building a span (validation, retokenizing) is the slowest part of recording, and no client
+        should wait for it. :meth:`flush` writes queued spans first, so none is ever left behind.
+        """
+        if not self._unrecorded:
+            asyncio.get_running_loop().call_soon(self._write_recorded)
+        self._unrecorded.append(exchange)
+
+    def _write_recorded(self) -> None:
+        exchanges, self._unrecorded = self._unrecorded, []
+        if not exchanges:
+            return
         if self._batcher is None:
             raise RuntimeError("the gateway is not started: call start() or use it as a context manager")
-        self._batcher.submit(exchange.to_span())
+        for exchange in exchanges:
+            if exchange.error is not None:
+                self.stats.failed += 1
+            elif not exchange.has_token_ids:
+                self._fill_token_ids(exchange)
+        self._batcher.submit_many([exchange.to_span() for exchange in exchanges])
 
     def _fill_token_ids(self, exchange: Exchange) -> None:
         if self.retokenizer is not None:

@@ -17,7 +17,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, cast
 
-from fastapi import APIRouter, FastAPI
+from fastapi import FastAPI
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -43,13 +43,17 @@ def create_app(gateway: Gateway) -> FastAPI:
     app.state.gateway = gateway
     app.add_exception_handler(GatewayError, _gateway_error)
     app.add_exception_handler(HTTPException, _http_error)
-    openai_routes = APIRouter()
-    openai_routes.add_api_route("/v1/chat/completions", _chat, methods=["POST"])
-    openai_routes.add_api_route("/v1/completions", _completions, methods=["POST"])
-    openai_routes.add_api_route("/v1/models", _models, methods=["GET"])
-    openai_routes.add_api_route("/v1/responses", _responses, methods=["POST"])
+    routes = (
+        ("/v1/chat/completions", _chat, "POST"),
+        ("/v1/completions", _completions, "POST"),
+        ("/v1/models", _models, "GET"),
+        ("/v1/responses", _responses, "POST"),
+    )
+    # Plain Starlette routes: the handlers read the request themselves, so FastAPI's per-request
+    # dependency solving would only add latency to every LLM call.
     for prefix in SCOPES:
-        app.include_router(openai_routes, prefix=prefix)
+        for path, handler, method in routes:
+            app.add_route(prefix + path, handler, methods=[method])
     return app
 
 

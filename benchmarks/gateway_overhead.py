@@ -1,0 +1,198 @@
+"""What the gateway costs per LLM call, and how many rollouts per second the whole loop turns over.
+
+- ``latency``: the same chat request, alternately sent straight to an instant scripted upstream and
+  through the gateway (which checks the attempt, forwards with vLLM's fields, mints a response id,
+  records the LLM span); ``added_p50_ms``/``added_p99_ms`` are the differences of the percentiles.
+  The upstream runs on its own thread, the gateway (with an in-memory store) on the main loop, and
+  the client, a plain blocking ``httpx.Client``, on a third thread, so the three do not interleave
+  their event loops. Aim: under 1 ms added at p50.
+- ``loop``: ``Trainer.fit`` with the instant upstream and an algorithm that learns nothing, so
+  everything else is measured: runner, real ``openai`` clients, gateway, store, transitions.
+  ``rollouts_per_s`` counts rollouts of three calls each, from enqueue to transitions handed over.
+
+    python benchmarks/gateway_overhead.py            # a table
+    python benchmarks/gateway_overhead.py --json     # one JSON object per line
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import json
+import statistics
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+from pydantic import JsonValue
+from rich.console import Console
+from rich.table import Table
+
+from relight import Trainer, Transition
+from relight.algorithm import UpstreamTarget
+from relight.gateway import Gateway
+from relight.models import RolloutRequest
+from relight.stores.memory import InMemoryStore
+from relight.testing.agents import CALLS, three_calls, three_calls_async
+from relight.testing.upstream import ScriptedUpstream
+
+REQUEST = {"model": "scripted", "messages": [{"role": "user", "content": "What is 2 + 2? Answer briefly."}]}
+
+
+def _percentile(samples: Sequence[float], fraction: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def _time_calls(direct_url: str, gateway_url: str, calls: int, stream: bool) -> tuple[list[float], list[float]]:
+    """Alternate direct and gateway calls (so drift in machine load hits both alike); seconds each."""
+    body = {**REQUEST, "stream": stream}
+    direct: list[float] = []
+    through: list[float] = []
+    with httpx.Client(timeout=30) as client:
+        for index in range(calls + 50):
+            for url, samples in ((direct_url, direct), (gateway_url, through)):
+                began = time.perf_counter()
+                response = client.post(f"{url}/chat/completions", json=body)
+                response.read()
+                elapsed = time.perf_counter() - began
+                response.raise_for_status()
+                if index >= 50:  # warm-up: connections, caches
+                    samples.append(elapsed)
+    return direct, through
+
+
+async def latency(calls: int, stream: bool) -> dict[str, Any]:
+    store = InMemoryStore()
+    await store.enqueue([RolloutRequest(input="bench")])
+    claimed = await store.claim("bench")
+    assert claimed is not None
+    rollout, attempt = claimed
+    with ScriptedUpstream.instant() as upstream:
+        async with Gateway(store, [upstream.base_url]) as gateway:
+            url = gateway.base_url_for(rollout.rollout_id, attempt.attempt_id)
+            direct, through = await asyncio.to_thread(_time_calls, upstream.base_url, url, calls, stream)
+            await gateway.flush()
+    assert (await store.stats()).spans == calls + 50
+    result: dict[str, Any] = {"benchmark": "latency", "stream": stream, "calls": calls}
+    for name, fraction in (("p50", 0.5), ("p99", 0.99)):
+        result[f"direct_{name}_ms"] = _percentile(direct, fraction) * 1e3
+        result[f"gateway_{name}_ms"] = _percentile(through, fraction) * 1e3
+        result[f"added_{name}_ms"] = result[f"gateway_{name}_ms"] - result[f"direct_{name}_ms"]
+    result["added_mean_ms"] = (statistics.fmean(through) - statistics.fmean(direct)) * 1e3
+    return result
+
+
+class PassThrough:
+    """An algorithm that learns nothing, so the loop around it is what gets measured."""
+
+    def __init__(self, upstream: ScriptedUpstream) -> None:
+        self.upstream = upstream
+        self.transitions = 0
+        self._version = 0
+
+    @property
+    def model(self) -> str:
+        return self.upstream.model
+
+    @property
+    def policy_version(self) -> int:
+        return self._version
+
+    def upstreams(self) -> Sequence[UpstreamTarget]:
+        return [self.upstream.base_url]
+
+    def resources(self) -> Mapping[str, JsonValue]:
+        return {}
+
+    async def update(self, transitions: Sequence[Transition]) -> Mapping[str, float]:
+        self.transitions += len(transitions)
+        self._version += 1
+        return {}
+
+    def save(self, directory: Path) -> None:
+        return None
+
+    def load(self, directory: Path) -> None:
+        return None
+
+
+async def loop(rollouts: int, concurrency: int, agent_kind: str) -> dict[str, Any]:
+    agent = three_calls_async if agent_kind == "async" else three_calls
+    with ScriptedUpstream.instant() as upstream:
+        algorithm = PassThrough(upstream)
+        trainer = Trainer(
+            algorithm, concurrency=concurrency, batch_size=rollouts, n_samples=1, console=Console(file=io.StringIO())
+        )
+        tasks: list[JsonValue] = [{"text": f"task-{i}"} for i in range(rollouts)]
+        began = time.perf_counter()
+        (metrics,) = await trainer.afit(agent, tasks)
+        elapsed = time.perf_counter() - began
+    assert algorithm.transitions == rollouts * CALLS, algorithm.transitions
+    return {
+        "benchmark": "loop",
+        "agent": agent_kind,
+        "rollouts": rollouts,
+        "concurrency": concurrency,
+        "rollouts_per_s": rollouts / elapsed,
+        "calls_per_s": rollouts * CALLS / elapsed,
+        "seconds": elapsed,
+        "failed": metrics["rollouts_failed"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--calls", type=int, default=1000, help="timed calls per path (default 1000)")
+    parser.add_argument("--rollouts", type=int, default=400, help="rollouts through the loop (default 400)")
+    parser.add_argument("--concurrency", type=int, default=32, help="rollouts at once in the loop (default 32)")
+    parser.add_argument("--json", action="store_true", help="one JSON object per line instead of tables")
+    args = parser.parse_args()
+    console = Console(stderr=args.json)
+
+    results: list[dict[str, Any]] = []
+    for stream in (False, True):
+        with console.status(f"latency, stream={stream}…"):
+            results.append(asyncio.run(latency(args.calls, stream)))
+    for agent_kind in ("async", "sync"):
+        with console.status(f"loop, {agent_kind} agent…"):
+            results.append(asyncio.run(loop(args.rollouts, args.concurrency, agent_kind)))
+
+    if args.json:
+        for result in results:
+            print(json.dumps(result))
+        return
+    table = Table(title=f"gateway latency ({args.calls} calls per path, instant upstream)", title_justify="left")
+    for column in ("request", "direct p50", "gateway p50", "added p50", "added p99", "added mean"):
+        table.add_column(column, justify="left" if column == "request" else "right")
+    for r in (r for r in results if r["benchmark"] == "latency"):
+        added = r["added_p50_ms"]
+        table.add_row(
+            "chat, streamed" if r["stream"] else "chat",
+            f"{r['direct_p50_ms']:.3f} ms",
+            f"{r['gateway_p50_ms']:.3f} ms",
+            f"[{'green' if added < 1 else 'red'}]{added:.3f} ms[/]",
+            f"{r['added_p99_ms']:.3f} ms",
+            f"{r['added_mean_ms']:.3f} ms",
+        )
+    console.print(table)
+    table = Table(title=f"whole loop ({CALLS} LLM calls per rollout, instant upstream)", title_justify="left")
+    for column in ("agent", "rollouts", "concurrency", "rollouts/s", "calls/s", "failed"):
+        table.add_column(column, justify="right")
+    for r in (r for r in results if r["benchmark"] == "loop"):
+        table.add_row(
+            r["agent"],
+            str(r["rollouts"]),
+            str(r["concurrency"]),
+            f"{r['rollouts_per_s']:.1f}",
+            f"{r['calls_per_s']:.1f}",
+            str(int(r["failed"])),
+        )
+    console.print(table)
+
+
+if __name__ == "__main__":
+    main()
