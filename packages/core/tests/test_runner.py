@@ -189,3 +189,39 @@ def test_dev_runs_each_task_once_and_prints_a_table() -> None:
     assert "relight dev" in table
     assert "ValueError: no such task" in table
     assert "1.000" in table
+
+
+async def test_heartbeats_keep_an_attempt_alive_past_its_lease(loop: Loop) -> None:
+    @relight.rollout
+    async def agent(task: Any, llm: LLM) -> float:
+        await asyncio.sleep(1.0)  # the work being timed: five leases long
+        return 1.0
+
+    (rollout,) = await loop.run(agent, ["x"], lease_seconds=0.2)
+    (attempt,) = await loop.store.list_attempts(rollout.rollout_id)
+    assert attempt.status is AttemptStatus.SUCCEEDED
+
+
+async def test_an_attempt_whose_lease_is_lost_is_abandoned_and_its_agent_cancelled(loop: Loop) -> None:
+    started, cancelled = asyncio.Event(), asyncio.Event()
+
+    @relight.rollout
+    async def agent(task: Any, llm: LLM) -> float:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            cancelled.set()
+        return 1.0
+
+    runner = Runner(agent, loop.store, gateway_url=loop.gateway.url, model="scripted", lease_seconds=0.3)
+    running = asyncio.create_task(runner.run())
+    (rollout,) = await loop.store.enqueue([RolloutRequest(input="x")])
+    await started.wait()
+    await loop.store.cancel([rollout.rollout_id])
+    await cancelled.wait()
+    runner.stop()
+    stats = await running
+    assert (stats.lost, stats.succeeded, stats.failed) == (1, 0, 0)
+    (attempt,) = await loop.store.list_attempts(rollout.rollout_id)
+    assert attempt.status is AttemptStatus.CANCELLED

@@ -36,6 +36,7 @@ from relight.runner import Runner
 from relight.store import Store
 from relight.tracing import emit_annotation, emit_reward
 from relight.trainer import Trainer
+from relight.transitions import TransitionBuilder
 
 __version__ = "0.1.0"
 
@@ -66,6 +67,7 @@ __all__ = [
     "StoreStats",
     "Trainer",
     "Transition",
+    "TransitionBuilder",
     "UpstreamTarget",
     "__version__",
     "attempt_scope",
