@@ -148,3 +148,15 @@ async def test_validation_runs_before_training_on_schedule_and_is_reported(tmp_p
 def test_fit_without_an_algorithm_says_what_is_missing() -> None:
     with pytest.raises(ValueError, match=r"fit\(\) needs a Trainer\(algorithm=...\)"):
         Trainer().fit(three_calls, [{"text": "a"}])
+
+
+async def test_fit_with_runner_processes_sharing_the_store_over_http() -> None:
+    async with ScriptedUpstream() as upstream:
+        algorithm = RecordingAlgorithm(upstream)
+        trainer = Trainer(
+            algorithm, n_runners=2, concurrency=4, batch_size=6, n_samples=2, console=Console(file=io.StringIO())
+        )
+        (metrics,) = await trainer.afit(three_calls, [{"text": f"t{i}"} for i in range(6)])
+    (batch,) = algorithm.batches
+    assert (metrics["rollouts"], metrics["rollouts_failed"], len(batch)) == (12, 0, 12 * CALLS)
+    assert {t.reward for t in batch} == {1.0}

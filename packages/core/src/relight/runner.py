@@ -189,6 +189,10 @@ class Runner:
         except LeaseLostError:
             self._lost(rollout, attempt, "its lease expired before it finished")
             return
+        except Exception:
+            logger.exception("relight: could not finish attempt %s; its lease will expire", attempt.attempt_id)
+            self._lost(rollout, attempt, "the store did not take its outcome")
+            return
         self._count(status)
         if error is not None:
             logger.warning(

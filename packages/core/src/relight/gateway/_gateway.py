@@ -326,12 +326,13 @@ class Gateway(AsgiServer):
             except Exception:
                 logger.exception("relight: retokenizing call %s failed", exchange.response_id)
         self.stats.untrainable += 1
-        logger.warning(
-            "relight: upstream %s returned no token ids for %s and no retokenizer is configured; "
-            "the call is recorded but cannot be trained on",
-            exchange.upstream,
-            exchange.response_id,
-        )
+        if self.stats.untrainable == 1:
+            logger.warning(
+                "relight: upstream %s returned no token ids (for %s) and no retokenizer is configured; such "
+                "calls are recorded but cannot be trained on, and counted in gateway.stats.untrainable",
+                exchange.upstream,
+                exchange.response_id,
+            )
 
 
 def validate_request(endpoint: Endpoint, body: Json) -> None:
