@@ -328,15 +328,17 @@ class SqliteStore:
             # Sequence ids are given here, so the stored JSON is the span exactly as queried. A duplicate
             # is ignored and leaves its id unused: ids only need to grow.
             (last,) = tx.conn.execute("SELECT COALESCE(MAX(sequence_id), -1) FROM spans").fetchone()
+            rows = [
+                (seq, span.rollout_id, span.attempt_id, span.span_id, span_json(span, sequence_id=seq).decode())
+                for seq, span in enumerate(spans, start=last + 1)
+            ]
             cursor = tx.conn.executemany(
                 "INSERT OR IGNORE INTO spans (sequence_id, rollout_id, attempt_id, span_id, data) "
                 "VALUES (?, ?, ?, ?, ?)",
-                [
-                    (seq, span.rollout_id, span.attempt_id, span.span_id, span_json(span, sequence_id=seq).decode())
-                    for seq, span in enumerate(spans, start=last + 1)
-                ],
+                rows,
             )
             tx.conn.execute("UPDATE counters SET value = value + ? WHERE name = 'spans'", (cursor.rowcount,))
+            tx.size = sum(len(data) for *_, data in rows)
 
         await self._write(job)
 
@@ -468,10 +470,14 @@ class SqliteStore:
 
 @dataclass(slots=True)
 class _Tx:
-    """One job's view of the writer's transaction; ``changed`` says whether waiters should wake."""
+    """One job's view of the writer's transaction.
+
+    ``changed`` says whether waiters should wake; ``size`` is about how many bytes the job wrote.
+    """
 
     conn: sqlite3.Connection
     changed: bool = False
+    size: int = 1024
 
 
 @dataclass(slots=True)
@@ -508,6 +514,9 @@ class _Writer:
         self.commits = 0
         """Jobs run and transactions committed so far: many jobs per commit means writes batch."""
         self._connection = _connect(path)
+        self._connection.execute("PRAGMA wal_autocheckpoint = 0")  # the checkpointer's job
+        self._checkpointer = _Checkpointer(path)
+        self._unchecked_bytes = 0
         self._thread = threading.Thread(target=self._run, name="relight-sqlite-writer", daemon=True)
         self._thread.start()
 
@@ -524,6 +533,7 @@ class _Writer:
                 self._stopped = True
                 self._jobs.put(None)
         self._thread.join()
+        self._checkpointer.stop()
 
     def _run(self) -> None:
         try:
@@ -558,10 +568,14 @@ class _Writer:
                     outcomes.append((job, None, self._as_store_error(error)))
                 else:
                     outcomes.append((job, (result, tx.changed), None))
+                    self._unchecked_bytes += tx.size
                 conn.execute("RELEASE job")
             conn.execute("COMMIT")
             self.jobs += len(jobs)
             self.commits += 1
+            if self._unchecked_bytes >= _CHECKPOINT_BYTES:
+                self._unchecked_bytes = 0
+                self._checkpointer.request()
         except sqlite3.Error as error:
             if conn.in_transaction:
                 conn.rollback()
@@ -574,6 +588,46 @@ class _Writer:
         if isinstance(error, sqlite3.Error):
             return StoreError(f"could not write to the SQLite store at {str(self._path)!r}: {error}")
         return error
+
+
+_CHECKPOINT_BYTES = 8 * 1024 * 1024
+"""How much the writer commits between two checkpoints (SQLite's own default is ~4 MB of pages)."""
+
+
+class _Checkpointer:
+    """Copies committed pages from the WAL into the database file on a thread and connection of its own.
+
+    Left to SQLite, the commit that fills the WAL does this copy (and its fsyncs) itself, which makes
+    that commit, and every write queued behind it, wait; here it runs beside the writer.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._wanted = threading.Event()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name="relight-sqlite-checkpoint", daemon=True)
+        self._thread.start()
+
+    def request(self) -> None:
+        self._wanted.set()
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._wanted.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        conn = _connect(self._path)
+        try:
+            while True:
+                self._wanted.wait()
+                self._wanted.clear()
+                if self._stopped:
+                    return
+                with contextlib.suppress(sqlite3.Error):  # busy with another process's checkpoint: next time
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        finally:
+            conn.close()
 
 
 # -- rows and models (run on the writer's or a reader's connection) ----------------------------
