@@ -24,7 +24,11 @@ logger = logging.getLogger(__name__)
 
 
 class SpanBatcher:
-    """Gathers spans from any thread and writes them to ``store`` from ``loop`` in batches."""
+    """Gathers spans from any thread and writes them to ``store`` from ``loop`` in batches.
+
+    Create it on the thread that runs ``loop`` (by default the running loop); submit from anywhere.
+    ``written`` and ``failed`` count the spans that reached the store and those that never will.
+    """
 
     def __init__(self, store: Store, *, max_batch: int = 1024, loop: asyncio.AbstractEventLoop | None = None):
         self.store = store
