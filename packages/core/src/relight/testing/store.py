@@ -493,7 +493,7 @@ class StoreConformance:
 
     async def test_closing_the_store_ends_waits(self, store: Store) -> None:
         (queued,) = await _queued(store, mode="train")
-        waits = [
+        waits: list[asyncio.Task[object]] = [
             asyncio.create_task(store.wait([queued.rollout_id])),
             asyncio.create_task(store.claim("w", timeout=60, mode=Mode.VAL)),
         ]
