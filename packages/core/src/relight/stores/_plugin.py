@@ -1,8 +1,4 @@
-"""The built-in store backends, registered through the same hook a third-party plugin uses.
-
-Each factory imports its backend when called, so opening a memory store never imports SQLite or
-the HTTP client.
-"""
+"""The built-in store backends, registered through the same hook a third-party plugin uses."""
 
 from __future__ import annotations
 
