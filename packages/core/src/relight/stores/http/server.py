@@ -38,6 +38,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from relight.errors import ConfigError, RelightError, StoreError
 from relight.models import Mode, RolloutStatus, Span
 from relight.store import Store
+from relight.stores._json import spans_json
 from relight.stores.http import _wire
 from relight.stores.http._wire import (
     ATTEMPTS,
@@ -145,7 +146,7 @@ def _routes(store: Store, max_poll_seconds: float) -> APIRouter:
 
     @api.get("/spans")
     async def query_spans(rollout_id: str, attempt_id: str | None = None) -> Response:
-        return _reply(SPANS.dump_json(await store.query_spans(rollout_id, attempt_id)))
+        return _reply(spans_json(await store.query_spans(rollout_id, attempt_id)))
 
     @api.post("/resources")
     async def publish_resources(body: PublishBody) -> Response:
