@@ -7,8 +7,11 @@
   the client, a plain blocking ``httpx.Client``, on a third thread, so the three do not interleave
   their event loops. Aim: under 1 ms added at p50.
 - ``loop``: ``Trainer.fit`` with the instant upstream and an algorithm that learns nothing, so
-  everything else is measured: runner, real ``openai`` clients, gateway, store, transitions.
-  ``rollouts_per_s`` counts rollouts of three calls each, from enqueue to transitions handed over.
+  everything else is measured: runners, real ``openai`` clients, gateway, store, transitions.
+  ``rollouts_per_s`` counts rollouts of three calls each, from enqueue to transitions handed over,
+  in the second of two steps (the first warms up processes and connections). Sync agents run on
+  threads of the trainer's process, or in runner processes (``n_runners``), where their threads
+  do not compete with the gateway for the interpreter lock.
 
     python benchmarks/gateway_overhead.py            # a table
     python benchmarks/gateway_overhead.py --json     # one JSON object per line
@@ -120,27 +123,34 @@ class PassThrough:
         return None
 
 
-async def loop(rollouts: int, concurrency: int, agent_kind: str) -> dict[str, Any]:
+async def loop(rollouts: int, concurrency: int, agent_kind: str, runners: int) -> dict[str, Any]:
+    """Two training steps over the same tasks; the second is timed (runner processes and clients are warm)."""
     agent = three_calls_async if agent_kind == "async" else three_calls
     with ScriptedUpstream.instant() as upstream:
         algorithm = PassThrough(upstream)
         trainer = Trainer(
-            algorithm, concurrency=concurrency, batch_size=rollouts, n_samples=1, console=Console(file=io.StringIO())
+            algorithm,
+            n_runners=runners,
+            concurrency=concurrency,
+            batch_size=rollouts,
+            n_samples=1,
+            epochs=2,
+            console=Console(file=io.StringIO()),
         )
         tasks: list[JsonValue] = [{"text": f"task-{i}"} for i in range(rollouts)]
-        began = time.perf_counter()
-        (metrics,) = await trainer.afit(agent, tasks)
-        elapsed = time.perf_counter() - began
-    assert algorithm.transitions == rollouts * CALLS, algorithm.transitions
+        _, timed = await trainer.afit(agent, tasks)
+    assert algorithm.transitions == 2 * rollouts * CALLS, algorithm.transitions
+    seconds = timed["time_rollouts_s"] + timed["time_update_s"]
     return {
         "benchmark": "loop",
         "agent": agent_kind,
+        "runners": runners,
         "rollouts": rollouts,
         "concurrency": concurrency,
-        "rollouts_per_s": rollouts / elapsed,
-        "calls_per_s": rollouts * CALLS / elapsed,
-        "seconds": elapsed,
-        "failed": metrics["rollouts_failed"],
+        "rollouts_per_s": rollouts / seconds,
+        "calls_per_s": rollouts * CALLS / seconds,
+        "seconds": seconds,
+        "failed": timed["rollouts_failed"],
     }
 
 
@@ -148,7 +158,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=1000, help="timed calls per path (default 1000)")
     parser.add_argument("--rollouts", type=int, default=400, help="rollouts through the loop (default 400)")
-    parser.add_argument("--concurrency", type=int, default=32, help="rollouts at once in the loop (default 32)")
+    parser.add_argument("--concurrency", type=int, default=32, help="rollouts at once, over all runners (default 32)")
     parser.add_argument("--json", action="store_true", help="one JSON object per line instead of tables")
     args = parser.parse_args()
     console = Console(stderr=args.json)
@@ -157,9 +167,10 @@ def main() -> None:
     for stream in (False, True):
         with console.status(f"latency, stream={stream}…"):
             results.append(asyncio.run(latency(args.calls, stream)))
-    for agent_kind in ("async", "sync"):
-        with console.status(f"loop, {agent_kind} agent…"):
-            results.append(asyncio.run(loop(args.rollouts, args.concurrency, agent_kind)))
+    for agent_kind, runners in (("async", 1), ("sync", 1), ("sync", 2)):
+        with console.status(f"loop, {agent_kind} agent, {runners} runner process(es)…"):
+            concurrency = args.concurrency // runners
+            results.append(asyncio.run(loop(args.rollouts, concurrency, agent_kind, runners)))
 
     if args.json:
         for result in results:
@@ -180,11 +191,12 @@ def main() -> None:
         )
     console.print(table)
     table = Table(title=f"whole loop ({CALLS} LLM calls per rollout, instant upstream)", title_justify="left")
-    for column in ("agent", "rollouts", "concurrency", "rollouts/s", "calls/s", "failed"):
+    for column in ("agent", "runners", "rollouts", "concurrency", "rollouts/s", "calls/s", "failed"):
         table.add_column(column, justify="right")
     for r in (r for r in results if r["benchmark"] == "loop"):
         table.add_row(
             r["agent"],
+            "in process" if r["runners"] == 1 else f"{r['runners']} processes",
             str(r["rollouts"]),
             str(r["concurrency"]),
             f"{r['rollouts_per_s']:.1f}",

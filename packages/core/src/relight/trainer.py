@@ -341,7 +341,9 @@ class Trainer:
             return
         from relight.stores.http.server import create_app
 
-        async with AsgiServer(create_app(store)) as server:
+        # Short long-polls: a runner process that exits leaves its claim waiting on the server, and
+        # shutting down waits for those (or cancels them noisily); a second is quick either way.
+        async with AsgiServer(create_app(store, max_poll_seconds=1.0)) as server:
             yield server.url
 
     async def _run_batch(self, loop: _Loop, requests: Sequence[RolloutRequest], label: str) -> list[Rollout]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from relight.algorithm import UpstreamTarget
 from relight.batcher import SpanBatcher
 from relight.context import AttemptRef
 from relight.gateway.errors import GatewayError, UpstreamError
-from relight.gateway.record import Exchange, TraceParent
+from relight.gateway.record import Exchange, TraceParent, random_hex
 from relight.gateway.retokenize import Retokenizer
 from relight.gateway.sessions import SessionChecker, api_key_for, attempt_of_api_key
 from relight.gateway.upstreams import Endpoint, Upstream, UpstreamPool, as_upstream
@@ -275,7 +274,7 @@ class Gateway(AsgiServer):
             session=session,
             endpoint=endpoint,
             request=body,
-            response_id=response_id or f"{prefix}-{secrets.token_hex(12)}",
+            response_id=response_id or f"{prefix}-{random_hex(24)}",
             policy_version=self.policy_version,
             trace_parent=trace_parent,
         )

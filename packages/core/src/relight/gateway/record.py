@@ -7,7 +7,7 @@ A whole response and a stream of chunks feed the same :meth:`Exchange.add` (a re
 from __future__ import annotations
 
 import json
-import secrets
+import random
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,11 +20,17 @@ from relight.gateway.retokenize import Retokenizer, response_text
 from relight.gateway.upstreams import Endpoint
 from relight.models import Span, SpanKind
 
-__all__ = ["Exchange", "TraceParent"]
+__all__ = ["Exchange", "TraceParent", "random_hex"]
 
 Json = dict[str, Any]
 
 _OPERATIONS: dict[Endpoint, str] = {"chat": "chat", "completions": "text_completion"}
+
+
+def random_hex(digits: int) -> str:
+    """A random id of ``digits`` hex digits. Not ``secrets``: an OS call per id stalls behind the GIL
+    when agent threads are busy, and ids need to be unique, not unguessable (OpenTelemetry's choice too)."""
+    return f"{random.getrandbits(digits * 4):0{digits}x}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,11 +179,11 @@ class Exchange:
             attributes.update(self._result_attributes())
         else:
             attributes[semconv.ERROR_TYPE] = self.error_type or "error"
-        trace_id = self.trace_parent.trace_id if self.trace_parent else secrets.token_hex(16)
+        trace_id = self.trace_parent.trace_id if self.trace_parent else random_hex(32)
         return Span(
             rollout_id=self.session.rollout_id,
             attempt_id=self.session.attempt_id,
-            span_id=secrets.token_hex(8),
+            span_id=random_hex(16),
             trace_id=trace_id,
             parent_id=self.trace_parent.span_id if self.trace_parent else None,
             name=f"{_OPERATIONS[self.endpoint]} {request_model}".strip(),
