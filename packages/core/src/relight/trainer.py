@@ -172,12 +172,12 @@ class Trainer:
         requests = [
             RolloutRequest(
                 input=task,
-                group_id=f"step{step}-task{start}",
+                group_id=f"step{step}-task{index}",
                 max_attempts=self.max_attempts,
                 resources_version=resources.version,
                 metadata={"step": step},
             )
-            for start, task in enumerate(batch)
+            for index, task in enumerate(batch)
             for _ in range(self.n_samples)
         ]
         began = time.perf_counter()

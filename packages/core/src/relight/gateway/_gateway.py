@@ -62,6 +62,9 @@ class Gateway(AsgiServer):
             sets :attr:`policy_version` after each update.
         max_body_bytes: larger requests are refused with 413.
         batcher: where spans are submitted; by default one of the gateway's own, on its loop.
+
+    Serve it with ``async with`` on the event loop the store belongs to (``with`` serves it on a
+    thread of its own, which suits stores that any loop may use, such as the HTTP store).
     """
 
     def __init__(
