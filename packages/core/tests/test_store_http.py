@@ -179,4 +179,7 @@ async def test_open_store_by_url(tmp_path: Path) -> None:
     with running_server(InMemoryStore(), token="t") as url:
         for http in (open_store(url, token="t"), open_store(url.replace("http://", "https://"), token="t")):
             assert isinstance(http, HttpStore)
+            assert isinstance(http, Store)
             await http.close()
+    assert isinstance(memory, Store)
+    assert isinstance(sqlite, Store)
