@@ -64,8 +64,9 @@ class TorchEngine:
     """Serve a Hugging Face causal LM to many rollouts at once, with token ids and logprobs.
 
     Args:
-        model: The policy. The trainer may share it: the engine only reads it, under
-            :meth:`updating_weights`'s lock.
+        model: The policy, put in eval mode (dropout off: sampling and training must compute the
+            same probabilities). A trainer shares it: the engine only reads it, and a batch never
+            runs while :meth:`updating_weights` is held.
         tokenizer: Its tokenizer, with a chat template for chat requests.
         name: The model name the engine answers to.
         max_batch_size: Most sequences sampled together in one batch.
@@ -83,15 +84,17 @@ class TorchEngine:
     ) -> None:
         if tokenizer.pad_token_id is None and tokenizer.eos_token_id is None:
             raise ValueError("the tokenizer has neither a pad nor an eos token; set tokenizer.pad_token")
-        self.model = model
+        self.model = model.eval()
         self.tokenizer = tokenizer
         self.name = name
         self.max_batch_size = max_batch_size
         self.policy_version = 0
         self.context_length: int = getattr(model.config, "max_position_embeddings", None) or 2048
-        self._pad_id: int = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id  # type: ignore[assignment]
+        pad = tokenizer.pad_token_id
+        self.pad_id: int = pad if pad is not None else tokenizer.eos_token_id  # type: ignore[assignment]
         self._eos_ids = _eos_ids(model, tokenizer)
-        self._generator = torch.Generator().manual_seed(seed)
+        self.generator = torch.Generator().manual_seed(seed)
+        """Samples for requests that bring no seed; checkpoints keep its state."""
         self._weights = threading.Lock()
         self._queue: queue.SimpleQueue[_Row | None] = queue.SimpleQueue()
         self._worker: threading.Thread | None = None
@@ -106,7 +109,7 @@ class TorchEngine:
         """Load a model and tokenizer that transformers can load from a local directory."""
         tokenizer = AutoTokenizer.from_pretrained(path)
         tokenizer.padding_side = "left"
-        model = AutoModelForCausalLM.from_pretrained(path).to(device).eval()
+        model = AutoModelForCausalLM.from_pretrained(path).to(device)
         return cls(model, tokenizer, name=name or Path(path).name, **kwargs)
 
     # -- the Engine protocol ---------------------------------------------------------------------
@@ -237,7 +240,7 @@ class TorchEngine:
 
     def _sample(self, rows: list[_Row]) -> None:
         device = self.model.device
-        input_ids, mask = left_pad([row.prompt_ids for row in rows], pad_id=self._pad_id, device=device)
+        input_ids, mask = left_pad([row.prompt_ids for row in rows], pad_id=self.pad_id, device=device)
         cache = DynamicCache()
         output = self.model(
             input_ids=input_ids,
@@ -282,7 +285,7 @@ class TorchEngine:
             probs = _nucleus(torch.softmax(logits[index] / temperature.unsqueeze(1), dim=-1), top_p)
             shared = [j for j, i in enumerate(sampled) if rows[i].generator is None]
             if shared:
-                picks = torch.multinomial(probs[shared].cpu(), 1, generator=self._generator).squeeze(1)
+                picks = torch.multinomial(probs[shared].cpu(), 1, generator=self.generator).squeeze(1)
                 chosen[index[shared]] = picks.to(chosen.device)
             for j, i in enumerate(sampled):
                 generator = rows[i].generator

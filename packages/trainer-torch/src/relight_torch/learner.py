@@ -2,22 +2,19 @@
 
 GRPO, REINFORCE++ and SFT differ only in the per-token loss; the learner owns everything else:
 the optimizer, gradient accumulation that gives the same gradient however the batch is split
-(each micro-batch's loss sum is divided by the whole batch's token count: a token mean), gradient
-clipping, and changing the weights under the engine's lock so that no batch is sampled from
-half-updated weights.
+(each micro-batch's loss sum is divided by the whole batch's token count: a token mean), and
+gradient clipping.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from transformers import PreTrainedModel
 
-from relight_torch.engine import TorchEngine
 from relight_torch.packing import PackedBatch, micro_batches, pack, response_logprobs
 
 __all__ = ["Learner", "Sample", "TokenLoss"]
@@ -47,7 +44,6 @@ class Learner:
         lr: AdamW's learning rate.
         token_budget: Most tokens (rows × padded width) in one forward/backward pass.
         max_grad_norm: Gradients are clipped to this global norm.
-        engine: When given, weights change under its lock and each step raises its policy version.
     """
 
     def __init__(
@@ -60,13 +56,11 @@ class Learner:
         betas: tuple[float, float] = (0.9, 0.99),
         token_budget: int = 16384,
         max_grad_norm: float = 1.0,
-        engine: TorchEngine | None = None,
     ) -> None:
         self.model = model
         self.pad_id = pad_id
         self.token_budget = token_budget
         self.max_grad_norm = max_grad_norm
-        self.engine = engine
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, betas=betas)
         self.step = 0
 
@@ -91,8 +85,7 @@ class Learner:
             for name, value in stats.items():
                 totals[name] = totals.get(name, 0.0) + value
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
-        with self.engine.updating_weights() if self.engine is not None else nullcontext():
-            self.optimizer.step()
+        self.optimizer.step()
         self.step += 1
         return {**{name: value / tokens for name, value in totals.items()}, "grad_norm": float(grad_norm)}
 

@@ -1,15 +1,61 @@
-"""relight-torch's plugin: registers its engine and algorithms through the ``relight`` entry point."""
+"""relight-torch's plugin: its engine and algorithms, registered through the ``relight`` entry point.
+
+Factories import torch and transformers only when called, so loading plugins stays cheap. Each
+takes ``model``: ``"tiny"`` (the built-in tiny model), a local Hugging Face directory, or a
+:class:`~relight_torch.engine.TorchEngine`.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import relight
+
+if TYPE_CHECKING:
+    from relight_torch.engine import TorchEngine
+    from relight_torch.grpo import GRPO
+    from relight_torch.sft import SFT
+
+
+def engine(model: str | Path | TorchEngine = "tiny", **options: Any) -> TorchEngine:
+    """The engine for ``model`` (see the module docstring); ``options`` go to its constructor."""
+    from relight_torch.engine import TorchEngine
+    from relight_torch.tiny import tiny_engine
+
+    if isinstance(model, TorchEngine):
+        return model
+    if str(model) == "tiny":
+        return tiny_engine(**options)
+    return TorchEngine.from_pretrained(model, **options)
+
+
+def grpo(model: str | Path | TorchEngine = "tiny", **options: Any) -> GRPO:
+    from relight_torch.grpo import GRPO
+
+    return GRPO(engine(model), **options)
+
+
+def reinforce_pp(model: str | Path | TorchEngine = "tiny", **options: Any) -> GRPO:
+    from relight_torch.grpo import GRPO
+
+    return GRPO(engine(model), estimator="reinforce++", **options)
+
+
+def sft(model: str | Path | TorchEngine = "tiny", **options: Any) -> SFT:
+    from relight_torch.sft import SFT
+
+    return SFT(engine(model), **options)
 
 
 @relight.hookimpl
 def relight_register_engines(register: Callable[[str, Callable[..., Any]], None]) -> None:
-    from relight_torch.engine import TorchEngine
+    register("torch", engine)
 
-    register("torch", TorchEngine.from_pretrained)
+
+@relight.hookimpl
+def relight_register_algorithms(register: Callable[[str, Callable[..., Any]], None]) -> None:
+    register("grpo", grpo)
+    register("reinforce++", reinforce_pp)
+    register("sft", sft)

@@ -10,14 +10,16 @@ same seed gives the same weights.
 from __future__ import annotations
 
 from importlib.resources import files
+from typing import Any
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from relight_torch.engine import TorchEngine
 from relight_torch.toolcalls import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
 
-__all__ = ["CHAT_TEMPLATE", "corpus_text", "tiny_model", "tiny_tokenizer"]
+__all__ = ["CHAT_TEMPLATE", "corpus_text", "tiny_engine", "tiny_model", "tiny_tokenizer"]
 
 PAD, END = "<|pad|>", "<|end|>"
 ROLE_TOKENS = ("<|system|>", "<|user|>", "<|assistant|>", "<|tool|>", "<|tools|>")
@@ -98,3 +100,9 @@ def tiny_model(
         torch.manual_seed(seed)
         model = LlamaForCausalLM(config)
     return model.eval()
+
+
+def tiny_engine(*, seed: int = 0, name: str = "relight-tiny", **model_options: Any) -> TorchEngine:
+    """An engine serving a fresh tiny model (weights and sampling seeded by ``seed``)."""
+    tokenizer = tiny_tokenizer()
+    return TorchEngine(tiny_model(tokenizer, seed=seed, **model_options), tokenizer, name=name, seed=seed)

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
-    "SYSTEM_PROMPT",
     "TOOLS",
     "Problem",
     "answer_reward",
@@ -23,13 +22,12 @@ __all__ = [
     "problems",
 ]
 
-SYSTEM_PROMPT = "You are a helpful assistant. Use the calculator for arithmetic."
 TOOLS: list[dict[str, Any]] = [
     {
         "type": "function",
         "function": {
             "name": "calculator",
-            "description": "Evaluate an arithmetic expression and return the result.",
+            "description": "Evaluate an arithmetic expression.",
             "parameters": {
                 "type": "object",
                 "properties": {"expression": {"type": "string", "description": "For example 12 * 7"}},
@@ -90,10 +88,7 @@ def answer_reward(answer: str | None, expected: int) -> float:
 
 def demonstration(problem: Problem, *, use_tool: bool) -> list[dict[str, Any]]:
     """A correct conversation for SFT: the tool call and its result, or the answer given directly."""
-    messages: list[dict[str, Any]] = [
-        {"role": "system", "content": SYSTEM_PROMPT},
-        {"role": "user", "content": problem.question},
-    ]
+    messages: list[dict[str, Any]] = [{"role": "user", "content": problem.question}]
     if use_tool:
         call = {
             "id": "call_0",

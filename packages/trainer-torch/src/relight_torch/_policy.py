@@ -1,0 +1,64 @@
+"""What every relight-torch algorithm shares: the engine that serves its policy, an optimizer, checkpoints.
+
+Several algorithms may share one :class:`~relight_torch.engine.TorchEngine`, which is how a warm
+start works: :class:`~relight_torch.SFT` trains the weights that :class:`~relight_torch.GRPO` then goes
+on from, served all along by the same engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import JsonValue
+
+from relight.algorithm import UpstreamTarget
+from relight_torch.checkpoint import load_checkpoint, save_checkpoint
+from relight_torch.engine import TorchEngine
+from relight_torch.learner import Learner
+
+__all__ = ["PolicyAlgorithm"]
+
+
+class PolicyAlgorithm:
+    """The :class:`relight.Algorithm` members every relight-torch algorithm has; subclasses add ``update``.
+
+    Args:
+        engine: Serves the policy; the algorithm trains ``engine.model`` in place.
+        learner_options: For the :class:`~relight_torch.learner.Learner` (``lr``, ``token_budget``, …).
+    """
+
+    def __init__(self, engine: TorchEngine, **learner_options: Any) -> None:
+        self.engine = engine
+        self.learner = Learner(engine.model, pad_id=engine.pad_id, **learner_options)
+
+    @property
+    def model(self) -> str:
+        return self.engine.name
+
+    @property
+    def policy_version(self) -> int:
+        return self.engine.policy_version
+
+    def upstreams(self) -> Sequence[UpstreamTarget]:
+        return [self.engine]
+
+    def resources(self) -> Mapping[str, JsonValue]:
+        return {}
+
+    def save(self, directory: Path) -> None:
+        """Weights and tokenizer in the Hugging Face layout; the optimizer, step, version and RNGs beside them."""
+        save_checkpoint(
+            directory,
+            model=self.engine.model,
+            tokenizer=self.engine.tokenizer,
+            state={"learner": self.learner.state_dict(), "policy_version": self.policy_version},
+            generators={"engine": self.engine.generator},
+        )
+
+    def load(self, directory: Path) -> None:
+        """Resume from :meth:`save`'s directory: the next update is the one the saved run would have made."""
+        state = load_checkpoint(directory, model=self.engine.model, generators={"engine": self.engine.generator})
+        self.learner.load_state_dict(state["learner"])
+        self.engine.policy_version = int(state["policy_version"])

@@ -1,0 +1,128 @@
+"""GRPO and REINFORCE++ over transitions: relight-torch's RL algorithm.
+
+Each transition is one LLM call with the credit the core assigned it (under LightningRL every call
+of an episode carries the episode's reward). Advantages come from :mod:`relight_torch.advantages`,
+then the policy takes PPO's clipped step against the logprobs recorded when the call was sampled,
+with a token-mean loss and an optional KL penalty to the starting policy. The whole update runs
+under :meth:`TorchEngine.updating_weights`, so the engine serves the new weights as soon as it
+returns, under a policy version one higher.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import random
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
+
+from relight.models import Transition
+from relight_torch._policy import PolicyAlgorithm
+from relight_torch.advantages import grpo_advantages, reinforce_pp_advantages
+from relight_torch.engine import TorchEngine
+from relight_torch.learner import Sample
+from relight_torch.objectives import PolicyGradientLoss
+
+__all__ = ["GRPO", "Estimator", "UpdateCallback"]
+
+Estimator = Literal["grpo", "reinforce++"]
+UpdateCallback = Callable[[Sequence[Transition], Mapping[str, float]], None]
+"""Called after each update with its transitions and metrics (progress bars, custom logging)."""
+
+
+class GRPO(PolicyAlgorithm):
+    """Train ``engine``'s model with group-relative policy optimisation (or REINFORCE++).
+
+    Args:
+        engine: Serves the policy that is trained in place.
+        estimator: ``"grpo"`` (group mean and standard deviation) or ``"reinforce++"`` (group mean,
+            then whitened over the batch).
+        lr: AdamW's learning rate.
+        clip: PPO's ε.
+        kl_coef: Weight of a k3 KL penalty to a frozen copy of the starting policy; 0 keeps no copy.
+        scale_by_std: GRPO divides by the group's deviation; False is Dr. GRPO.
+        mini_batches: Optimizer steps per update, each on a disjoint shuffled part of the batch.
+        epochs: Passes over the batch per update.
+        token_budget: Most tokens in one forward/backward pass (gradient accumulation does the rest).
+        max_grad_norm: Gradient clipping.
+        seed: Seeds the mini-batch shuffle.
+        callbacks: Called after each update with its transitions and metrics.
+    """
+
+    def __init__(
+        self,
+        engine: TorchEngine,
+        *,
+        estimator: Estimator = "grpo",
+        lr: float = 2e-4,
+        clip: float = 0.2,
+        kl_coef: float = 0.0,
+        scale_by_std: bool = True,
+        mini_batches: int = 1,
+        epochs: int = 1,
+        token_budget: int = 16384,
+        max_grad_norm: float = 1.0,
+        seed: int = 0,
+        callbacks: Sequence[UpdateCallback] = (),
+        **learner_options: Any,
+    ) -> None:
+        if estimator not in ("grpo", "reinforce++"):
+            raise ValueError(f"estimator must be 'grpo' or 'reinforce++', got {estimator!r}")
+        if mini_batches < 1 or epochs < 1:
+            raise ValueError(f"mini_batches and epochs must be at least 1, got {mini_batches} and {epochs}")
+        super().__init__(engine, lr=lr, token_budget=token_budget, max_grad_norm=max_grad_norm, **learner_options)
+        self.estimator = estimator
+        self.scale_by_std = scale_by_std
+        self.mini_batches = mini_batches
+        self.epochs = epochs
+        self.callbacks = list(callbacks)
+        reference = copy.deepcopy(engine.model).requires_grad_(False) if kl_coef > 0 else None
+        self.loss = PolicyGradientLoss(clip=clip, reference=reference, kl_coef=kl_coef)
+        self._shuffle = random.Random(seed)
+
+    async def update(self, transitions: Sequence[Transition]) -> Mapping[str, float]:
+        """One update on a batch; runs on a worker thread so the event loop (gateway, store) stays live."""
+        metrics = await asyncio.to_thread(self.learn, transitions)
+        for callback in self.callbacks:
+            callback(transitions, metrics)
+        return metrics
+
+    def learn(self, transitions: Sequence[Transition]) -> dict[str, float]:
+        """:meth:`update`'s work, synchronously: advantages, then the clipped policy-gradient steps."""
+        trainable = [t for t in transitions if t.response_token_ids]
+        if not trainable:
+            raise ValueError(f"none of the {len(transitions)} transitions has response tokens to train on")
+        samples = self.samples(trainable)
+        steps: list[dict[str, float]] = []
+        with self.engine.updating_weights():
+            for _ in range(self.epochs):
+                order = list(range(len(samples)))
+                self._shuffle.shuffle(order)
+                for part in range(self.mini_batches):
+                    chosen = [samples[i] for i in order[part :: self.mini_batches]]
+                    if chosen:
+                        steps.append(self.learner.update(chosen, self.loss))
+        rewards = [t.reward for t in trainable]
+        metrics = {name: statistics.fmean(step[name] for step in steps) for name in steps[0]}
+        metrics |= {
+            "first_ratio": steps[0]["ratio"],
+            "transition_reward_mean": statistics.fmean(rewards),
+            "advantage_abs_mean": statistics.fmean(abs(s.advantage) for s in samples),
+            "response_tokens_mean": statistics.fmean(len(t.response_token_ids) for t in trainable),
+            "off_policy_transitions": float(sum(t.policy_version != self.policy_version - 1 for t in trainable)),
+        }
+        return metrics
+
+    def samples(self, transitions: Sequence[Transition]) -> list[Sample]:
+        """Transitions as learner samples, with this estimator's advantages."""
+        rewards = [t.reward for t in transitions]
+        groups = [t.group_id for t in transitions]
+        if self.estimator == "grpo":
+            advantages = grpo_advantages(rewards, groups, scale_by_std=self.scale_by_std)
+        else:
+            advantages = reinforce_pp_advantages(rewards, groups, [len(t.response_token_ids) for t in transitions])
+        return [
+            Sample(t.prompt_token_ids, t.response_token_ids, float(a), t.response_logprobs)
+            for t, a in zip(transitions, advantages.tolist(), strict=True)
+        ]
