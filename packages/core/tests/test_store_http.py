@@ -1,4 +1,6 @@
 import asyncio
+import logging
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -7,8 +9,8 @@ import pytest
 
 from relight import open_store
 from relight.errors import ConfigError, StoreError
-from relight.models import AttemptStatus, RolloutRequest, RolloutStatus
-from relight.store import Store
+from relight.models import Attempt, AttemptStatus, Mode, Rollout, RolloutRequest, RolloutStatus
+from relight.store import DEFAULT_LEASE_SECONDS, Store
 from relight.stores.http import HttpStore
 from relight.stores.http.server import check_exposure, running_server
 from relight.stores.memory import InMemoryStore
@@ -155,6 +157,40 @@ async def test_long_polls_are_repeated_until_the_callers_timeout() -> None:
             assert finished.status is RolloutStatus.SUCCEEDED
         finally:
             await client.close()
+
+
+class _ClaimsSeen(InMemoryStore):
+    """Tells the test, from the server's thread, that a claim has reached the store."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.claiming = threading.Event()
+
+    async def claim(
+        self,
+        worker_id: str,
+        *,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        timeout: float = 0.0,
+        mode: Mode | None = None,
+    ) -> tuple[Rollout, Attempt] | None:
+        self.claiming.set()
+        return await super().claim(worker_id, lease_seconds=lease_seconds, timeout=timeout, mode=mode)
+
+
+async def test_a_client_leaving_a_long_poll_is_no_error(caplog: pytest.LogCaptureFixture) -> None:
+    store = _ClaimsSeen()
+    server_log = logging.getLogger("uvicorn.error")
+    try:
+        with running_server(store) as url:
+            server_log.addHandler(caplog.handler)  # once the server has set up its logging, which drops handlers
+            async with httpx.AsyncClient(base_url=url) as raw:
+                polling = asyncio.create_task(raw.post("/v1/claim", json={"worker_id": "gone", "timeout": SETTLE}))
+                assert await asyncio.to_thread(store.claiming.wait, SETTLE)
+                polling.cancel()  # the client hangs up mid-poll, as a runner process does when it stops
+    finally:
+        server_log.removeHandler(caplog.handler)
+    assert [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING] == []
 
 
 async def test_an_unreachable_server_is_a_store_error() -> None:

@@ -78,6 +78,7 @@ def create_app(
     app.include_router(_routes(store, max_poll_seconds))
     app.add_exception_handler(RelightError, _store_error)
     app.add_exception_handler(RequestValidationError, _invalid_request)
+    app.add_exception_handler(_ClientLeft, _nobody_to_answer)
     app.add_middleware(_Guard, token=token, max_body_bytes=max_body_bytes)
     return app
 
@@ -167,11 +168,18 @@ def _routes(store: Store, max_poll_seconds: float) -> APIRouter:
     return api
 
 
+class _ClientLeft(Exception):
+    """The client of a long poll hung up (a runner process stopping, say): there is nobody to answer."""
+
+
 async def _unless_disconnected(request: Request, long_poll: Coroutine[Any, Any, T]) -> T:
     """Await a long poll, abandoning it if the client goes away first.
 
     Otherwise a claim could start an attempt for a worker that is no longer listening, which would
     hold the rollout until its lease ran out; it also lets the server stop without waiting for polls.
+
+    Raises:
+        _ClientLeft: the client went away; answered by :func:`_nobody_to_answer`, quietly.
     """
     polling = asyncio.ensure_future(long_poll)
     leaving = asyncio.ensure_future(_disconnect(request))
@@ -179,9 +187,10 @@ async def _unless_disconnected(request: Request, long_poll: Coroutine[Any, Any, 
         await asyncio.wait((polling, leaving), return_when=asyncio.FIRST_COMPLETED)
     finally:
         leaving.cancel()
-        if not polling.done():
-            polling.cancel()
-    return await polling
+        polling.cancel()  # nothing when it has finished
+    if not polling.done():
+        raise _ClientLeft
+    return polling.result()
 
 
 async def _disconnect(request: Request) -> None:
@@ -207,6 +216,11 @@ async def _store_error(request: Request, error: Exception) -> Response:
     assert isinstance(error, RelightError)
     status = _wire.status_of(error)
     return Response(_wire.error_body(type(error).__name__, str(error)), status_code=status, media_type=_JSON)
+
+
+async def _nobody_to_answer(request: Request, error: Exception) -> Response:
+    """An answer the server drops (the connection is gone), so the abandoned poll ends as a normal request."""
+    return Response(status_code=499)
 
 
 async def _invalid_request(request: Request, error: Exception) -> Response:
