@@ -5,12 +5,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from relight import semconv
 from relight.errors import ConfigError
-from relight.models import Span, SpanKind
 from relight.plugins import open_store
 from relight.store import Store
 
@@ -49,18 +47,6 @@ def with_store(args: argparse.Namespace, use: Callable[[Store], Awaitable[T]]) -
             await store.close()
 
     return asyncio.run(run())
-
-
-def reward_of(spans: Iterable[Span]) -> float | None:
-    """The sum of the reward spans' values, or None when there are none."""
-    rewards = [
-        float(value)
-        for span in spans
-        if span.kind is SpanKind.REWARD
-        and isinstance(value := span.attributes.get(semconv.REWARD), int | float)
-        and not isinstance(value, bool)
-    ]
-    return sum(rewards) if rewards else None
 
 
 def format_reward(reward: float | None) -> str:

@@ -14,12 +14,12 @@ from relight.cli._common import (
     AddCommand,
     add_store_option,
     format_reward,
-    reward_of,
     styled_status,
     with_store,
 )
 from relight.models import Attempt, Mode, Rollout, RolloutStatus, Span
 from relight.store import Store
+from relight.transitions import episode_return
 
 
 def register(add_command: AddCommand) -> None:
@@ -82,7 +82,7 @@ async def _last_attempt_reward(store: Store, rollout: Rollout) -> float | None:
     attempts = await store.list_attempts(rollout.rollout_id)
     if not attempts:
         return None
-    return reward_of(await store.query_spans(rollout.rollout_id, attempts[-1].attempt_id))
+    return episode_return(await store.query_spans(rollout.rollout_id, attempts[-1].attempt_id))
 
 
 def show_rollout(args: argparse.Namespace) -> int:
@@ -120,7 +120,7 @@ def rollout_tree(rollout: Rollout, attempts: list[Attempt], spans: list[Span]) -
 def _reward_of_last(attempts: list[Attempt], spans: list[Span]) -> float | None:
     if not attempts:
         return None
-    return reward_of(span for span in spans if span.attempt_id == attempts[-1].attempt_id)
+    return episode_return(span for span in spans if span.attempt_id == attempts[-1].attempt_id)
 
 
 def _add_spans(branch: Tree, spans: list[Span]) -> None:
