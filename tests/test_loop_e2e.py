@@ -1,6 +1,7 @@
 """The whole loop on loopback: Trainer.fit → runner → real openai client → gateway → scripted vLLM-style
 upstream → store → transitions → algorithm. Every transition must carry exactly what the upstream sent."""
 
+import asyncio
 import io
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -37,6 +38,7 @@ class RecordingAlgorithm:
         return self._version
 
     def upstreams(self) -> Sequence[UpstreamTarget]:
+        _off_the_event_loop("upstreams")
         return [self.upstream.base_url]
 
     def resources(self) -> Mapping[str, JsonValue]:
@@ -48,11 +50,21 @@ class RecordingAlgorithm:
         return {"loss": 0.0}
 
     def save(self, directory: Path) -> None:
+        _off_the_event_loop("save")
         directory.mkdir(parents=True)
         (directory / "version").write_text(str(self._version))
 
     def load(self, directory: Path) -> None:
         self._version = int((directory / "version").read_text())
+
+
+def _off_the_event_loop(call: str) -> None:
+    """Calls that may block for minutes (relight-verl starts its cluster in upstreams()) must not stall the loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise AssertionError(f"algorithm.{call}() was called on the event loop, which it would block")
 
 
 TASKS_PER_STEP, SAMPLES, STEPS = 25, 4, 2  # 200 rollouts of 3 calls each

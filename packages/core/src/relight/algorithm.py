@@ -50,7 +50,10 @@ class Algorithm(Protocol):
         ...
 
     def upstreams(self) -> Sequence[UpstreamTarget]:
-        """The replicas serving the policy. The gateway keeps each rollout on one of them (prefix cache)."""
+        """The replicas serving the policy. The gateway keeps each rollout on one of them (prefix cache).
+
+        May take minutes (starting the servers): the trainer calls it on a worker thread.
+        """
         ...
 
     def resources(self) -> Mapping[str, JsonValue]:
@@ -66,7 +69,7 @@ class Algorithm(Protocol):
         ...
 
     def save(self, directory: Path) -> None:
-        """Write a checkpoint (weights, optimizer, policy version) under ``directory``."""
+        """Write a checkpoint (weights, optimizer, policy version) under ``directory``; called on a worker thread."""
         ...
 
     def load(self, directory: Path) -> None:

@@ -143,7 +143,9 @@ class Trainer:
         if not train_dataset:
             raise ConfigError("train_dataset is empty; fit() needs at least one task")
         history: list[dict[str, float]] = []
-        async with self._loop(agent, algorithm.upstreams(), algorithm.model) as loop:
+        # On a worker thread, like save(): relight-verl starts its whole cluster in upstreams().
+        upstreams = await asyncio.to_thread(algorithm.upstreams)
+        async with self._loop(agent, upstreams, algorithm.model) as loop:
             resources = await self._publish(loop, algorithm)
             if val_dataset and self.val_every is not None:
                 history.append(await self._validate(loop, val_dataset, resources, step=0))
@@ -278,7 +280,7 @@ class Trainer:
             key = api_key or os.environ.get("OPENAI_API_KEY")
             upstreams = [OpenAIUpstream(base_url, vllm=vllm, api_key=key)]
         elif self.algorithm is not None:
-            upstreams = self.algorithm.upstreams()
+            upstreams = await asyncio.to_thread(self.algorithm.upstreams)
         else:
             raise ConfigError("dev() needs base_url=<an OpenAI-compatible endpoint> or a Trainer with an algorithm")
         model = model or (self.algorithm.model if self.algorithm is not None else None)
