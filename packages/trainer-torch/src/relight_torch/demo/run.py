@@ -1,0 +1,223 @@
+"""The demo, start to finish: warm start, RL through the whole of relight, evaluation, the run folder.
+
+1. A tiny Llama and tokenizer are built from nothing (seeded).
+2. SFT on demonstrations that mostly answer from memory: the policy learns the format and how to
+   copy numbers, but its habit is to skip the tool, so its greedy reward starts low.
+3. GRPO through the real stack: ``relight.Trainer.fit`` enqueues rollouts in a SQLite store;
+   the runner runs :func:`~relight_torch.demo.agent.calculator_agent`, whose ``openai`` client
+   talks to the gateway; the gateway forwards each call to the engine and records it as a span;
+   finished rollouts become transitions; :class:`~relight_torch.GRPO` updates the weights the
+   engine serves.
+4. Greedy evaluation before and after (the trainer's validation rollouts), read back from the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import statistics
+import time
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+import relight
+from relight.models import Mode, RolloutStatus, SpanKind, Transition
+from relight.store import Store
+from relight.transitions import episode_return
+from relight_torch.demo.agent import calculator_agent
+from relight_torch.demo.calculator import TOOLS, demonstration, problems
+from relight_torch.demo.report import plot_curves
+from relight_torch.grpo import GRPO
+from relight_torch.sft import SFT, conversation_samples
+from relight_torch.tiny import tiny_engine
+
+__all__ = ["Recipe", "run_demo"]
+
+
+@dataclass(frozen=True, slots=True)
+class Recipe:
+    """Everything that decides the demo's outcome; the defaults are the tested recipe."""
+
+    seed: int = 0
+    demonstrations: int = 3000
+    tool_fraction: float = 0.2
+    """Share of demonstrations that use the calculator; the rest answer from memory."""
+    sft_steps: int = 400
+    sft_batch_size: int = 32
+    sft_lr: float = 3e-3
+    iterations: int = 40
+    tasks_per_iteration: int = 16
+    samples_per_task: int = 8
+    lr: float = 5e-4
+    clip: float = 0.2
+    eval_tasks: int = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluation:
+    reward: float
+    tool_rate: float
+    episodes: int
+
+
+def run_demo(recipe: Recipe, out: Path, console: Console | None = None) -> dict[str, Any]:
+    """Run the demo into ``out`` and return the summary it wrote there."""
+    console = console or Console()
+    out.mkdir(parents=True, exist_ok=True)
+    began = time.perf_counter()
+    random.seed(recipe.seed)
+    torch.manual_seed(recipe.seed)
+    engine = tiny_engine(seed=recipe.seed)
+    console.print(
+        f"[bold]relight demo[/]: a calculator agent on a {_millions(engine.model)}M-parameter Llama, seed {recipe.seed}"
+    )
+    try:
+        _warm_start(SFT(engine, lr=recipe.sft_lr, seed=recipe.seed), recipe, console)
+        progress = _progress(console)
+        with (out / "metrics.jsonl").open("w", encoding="utf-8") as metrics_file, progress:
+            tracker = _Tracker(progress, progress.add_task("GRPO", total=recipe.iterations, info=""), metrics_file)
+            algorithm = GRPO(engine, lr=recipe.lr, clip=recipe.clip, seed=recipe.seed, callbacks=[tracker])
+            initial, final = asyncio.run(_reinforce(algorithm, recipe, out / "store.db"))
+    finally:
+        engine.close()
+    algorithm.save(out / "checkpoint")
+    summary = {
+        "initial_eval_reward": initial.reward,
+        "final_eval_reward": final.reward,
+        "initial_tool_rate": initial.tool_rate,
+        "final_tool_rate": final.tool_rate,
+        "iterations": recipe.iterations,
+        "wall_seconds": round(time.perf_counter() - began, 1),
+        "policy_version": algorithm.policy_version,
+        "eval_episodes": final.episodes,
+        "recipe": asdict(recipe),
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    plot_curves(tracker.rows, initial=initial.reward, final=final.reward, path=out / "reward_curve.png")
+    _print_summary(console, summary, out)
+    return summary
+
+
+async def _reinforce(algorithm: GRPO, recipe: Recipe, store_path: Path) -> tuple[Evaluation, Evaluation]:
+    """GRPO through relight's trainer, runner, gateway and store; returns the greedy evaluations before and after."""
+    store = relight.open_store(f"sqlite:///{store_path}")
+    trainer = relight.Trainer(
+        algorithm,
+        store=store,
+        batch_size=recipe.tasks_per_iteration,
+        n_samples=recipe.samples_per_task,
+        concurrency=recipe.tasks_per_iteration * recipe.samples_per_task,
+        val_every=recipe.iterations,
+        console=Console(quiet=True),
+    )
+    count = recipe.iterations * recipe.tasks_per_iteration
+    train = [{**p.as_task(), "temperature": 1.0} for p in problems(count, seed=recipe.seed + 1)]
+    val = [{**p.as_task(), "temperature": 0.0} for p in problems(recipe.eval_tasks, seed=10_000)]
+    try:
+        await trainer.afit(calculator_agent, train, val)
+        return await _evaluations(store)
+    finally:
+        await store.close()
+
+
+def _warm_start(sft: SFT, recipe: Recipe, console: Console) -> None:
+    rng = random.Random(recipe.seed)
+    conversations = [
+        {"messages": demonstration(p, use_tool=rng.random() < recipe.tool_fraction), "tools": TOOLS}
+        for p in problems(recipe.demonstrations, seed=recipe.seed + 2)
+    ]
+    samples = conversation_samples(sft.engine.tokenizer, conversations)
+    with _progress(console) as progress:
+        bar = progress.add_task("SFT warm start", total=recipe.sft_steps, info="")
+        sft.fit(
+            samples,
+            steps=recipe.sft_steps,
+            batch_size=recipe.sft_batch_size,
+            on_step=lambda step, loss: progress.update(bar, completed=step + 1, info=f"loss {loss:.3f}"),
+        )
+
+
+class _Tracker:
+    """Follows GRPO's updates: the progress bar's reward, tool-use rate and step time, and metrics.jsonl."""
+
+    def __init__(self, progress: Progress, bar: Any, metrics_file: Any) -> None:
+        self.progress = progress
+        self.bar = bar
+        self.metrics_file = metrics_file
+        self.rows: list[dict[str, float]] = []
+        self._last = time.perf_counter()
+
+    def __call__(self, transitions: Sequence[Transition], metrics: Mapping[str, float]) -> None:
+        now = time.perf_counter()
+        episodes: defaultdict[str, list[Transition]] = defaultdict(list)
+        for transition in transitions:
+            episodes[transition.attempt_id].append(transition)
+        row = {
+            "iteration": len(self.rows) + 1,
+            "reward": statistics.fmean(calls[0].reward for calls in episodes.values()),
+            "tool_rate": statistics.fmean(len(calls) > 1 for calls in episodes.values()),
+            "step_seconds": now - self._last,
+            **metrics,
+        }
+        self._last = now
+        self.rows.append(row)
+        self.metrics_file.write(json.dumps(row) + "\n")
+        self.metrics_file.flush()
+        info = f"reward {row['reward']:.2f}  tool use {row['tool_rate']:.2f}  {row['step_seconds']:.1f} s/step"
+        self.progress.update(self.bar, advance=1, info=info)
+
+
+async def _evaluations(store: Store) -> tuple[Evaluation, Evaluation]:
+    """The first and last greedy evaluations, from the validation rollouts the store kept."""
+    rounds: defaultdict[int, list[tuple[float, bool]]] = defaultdict(list)
+    for rollout in await store.list_rollouts(mode=Mode.VAL):
+        if rollout.status is not RolloutStatus.SUCCEEDED:
+            rounds[rollout.resources_version or 0].append((0.0, False))
+            continue
+        attempt = (await store.list_attempts(rollout.rollout_id))[-1]
+        spans = await store.query_spans(rollout.rollout_id, attempt.attempt_id)
+        calls = sum(span.kind is SpanKind.LLM for span in spans)
+        rounds[rollout.resources_version or 0].append((episode_return(spans) or 0.0, calls > 1))
+    first, last = rounds[min(rounds)], rounds[max(rounds)]
+    return _evaluation(first), _evaluation(last)
+
+
+def _evaluation(results: list[tuple[float, bool]]) -> Evaluation:
+    return Evaluation(
+        reward=statistics.fmean(r for r, _ in results),
+        tool_rate=statistics.fmean(t for _, t in results),
+        episodes=len(results),
+    )
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(),
+        console=console,
+    )
+
+
+def _print_summary(console: Console, summary: Mapping[str, Any], out: Path) -> None:
+    console.print(
+        f"greedy eval reward {summary['initial_eval_reward']:.2f} → [bold]{summary['final_eval_reward']:.2f}[/], "
+        f"tool use {summary['initial_tool_rate']:.2f} → {summary['final_tool_rate']:.2f}, "
+        f"{summary['iterations']} iterations, {summary['wall_seconds']:.0f} s, policy v{summary['policy_version']}"
+    )
+    for name in ("summary.json", "metrics.jsonl", "reward_curve.png", "checkpoint", "store.db"):
+        console.print(f"  {out / name}")
+
+
+def _millions(model: torch.nn.Module) -> str:
+    return f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}"
