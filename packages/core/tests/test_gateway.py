@@ -222,6 +222,24 @@ async def test_upstream_failure_is_a_502_with_the_reason_and_a_recorded_error(se
     assert setup.gateway.stats.failed == 3
 
 
+async def test_a_stream_the_upstream_breaks_off_ends_with_an_error_event_and_a_recorded_error(setup: Setup) -> None:
+    setup.upstream.script = lambda _request: Reply("Sunny all week.", fail_midway="the engine died")
+    chunks: list[Any] = []
+
+    async def read_all(stream: openai.AsyncStream[Any]) -> None:
+        async for chunk in stream:
+            chunks.append(chunk)
+
+    async with setup.client() as client:
+        stream = await client.chat.completions.create(model="scripted", messages=MESSAGES, stream=True)
+        with pytest.raises(openai.APIError, match="the stream broke off: the engine died"):
+            await read_all(stream)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "Sunn"
+    (span,) = await setup.spans()
+    assert span.status_code == "ERROR"
+    assert "the engine died" in (span.status_message or "")
+
+
 async def test_unreachable_upstream_is_a_502() -> None:
     store = InMemoryStore()
     (session,) = await start_attempts(store, 1)

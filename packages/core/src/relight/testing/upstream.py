@@ -108,6 +108,9 @@ class Reply:
     """One per token id; by default :func:`logprob_of` each."""
     finish_reason: str | None = None
     """By default ``tool_calls`` when there are any, else ``stop``."""
+    fail_midway: str | None = None
+    """An error that breaks a stream off after its first two chunks, as vLLM reports an engine failure
+    midway (a reply that is not streamed fails with it as a 500)."""
 
 
 class ScriptError(Exception):
@@ -328,12 +331,18 @@ class ScriptedUpstream(AsgiServer):
             reply = self.script(scripted)
         except ScriptError as error:
             return _error(error.status_code, error.message)
-        served, pieces = self._sample(scripted, Reply(reply) if isinstance(reply, str) else reply)
+        reply = Reply(reply) if isinstance(reply, str) else reply
+        served, pieces = self._sample(scripted, reply)
+        if reply.fail_midway is not None and not served.stream:
+            return _error(500, reply.fail_midway)
         with self._lock:
             self.served.append(served)
         if served.stream:
             render = self._chat_chunks if endpoint == "chat" else self._completion_chunks
-            return StreamingResponse(_sse(render(scripted, served, pieces)), media_type="text/event-stream")
+            chunks = render(scripted, served, pieces)
+            if reply.fail_midway is not None:
+                chunks = [*chunks[:2], _error_body(500, reply.fail_midway)]
+            return StreamingResponse(_sse(chunks), media_type="text/event-stream")
         render_body = self._chat_body if endpoint == "chat" else self._completion_body
         return JSONResponse(render_body(scripted, served, pieces))
 
@@ -562,8 +571,12 @@ def _token_logprob(token_id: int, logprob: float, top: int) -> dict[str, Any]:
 
 
 def _error(status_code: int, message: str) -> Response:
+    return JSONResponse(_error_body(status_code, message), status_code=status_code)
+
+
+def _error_body(status_code: int, message: str) -> dict[str, Any]:
     kind = "invalid_request_error" if status_code < 500 else "server_error"
-    return JSONResponse({"error": {"message": message, "type": kind, "code": status_code}}, status_code=status_code)
+    return {"error": {"message": message, "type": kind, "code": status_code}}
 
 
 async def _sse(chunks: list[dict[str, Any]]) -> AsyncIterator[bytes]:
