@@ -220,6 +220,24 @@ async def test_upstream_failure_is_a_502_and_a_recorded_error(stream: bool) -> N
     assert span.status_code == "ERROR"
 
 
+async def test_a_stream_the_upstream_breaks_off_ends_with_response_failed(setup: Setup) -> None:
+    setup.upstream.script = lambda _request: Reply("Sunny all week.", fail_midway="the engine died")
+    async with setup.client() as client:
+        stream = await client.responses.create(model="scripted", input="Weather in Paris?", stream=True)
+        events = [event async for event in stream]
+    assert [event.type for event in events[:2]] == ["response.created", "response.in_progress"]
+    assert "".join(event.delta for event in events if event.type == "response.output_text.delta") == "Sunn"
+    assert [event.sequence_number for event in events] == list(range(len(events)))
+    failed = events[-1]
+    assert failed.type == "response.failed"
+    assert failed.response.status == "failed"
+    assert failed.response.error is not None
+    assert "the stream broke off: the engine died" in failed.response.error.message
+    (span,) = await setup.spans()
+    assert span.status_code == "ERROR"
+    assert span.attributes[semconv.GEN_AI_RESPONSE_ID] == failed.response.id
+
+
 async def test_a_reply_cut_at_the_token_limit_is_an_incomplete_response() -> None:
     store = InMemoryStore()
     await store.enqueue([RolloutRequest(input="task")])

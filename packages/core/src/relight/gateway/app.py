@@ -148,10 +148,16 @@ async def _responses(request: Request) -> Response:
     translator = responses.ResponseStream(body)
 
     async def events() -> AsyncIterator[bytes]:
-        async for chunk in gateway.stream(session, "chat", chat, trace_parent=trace_parent):
-            for event in translator.feed(chunk):
-                yield responses.sse(event)
-        for event in translator.finish():
+        try:
+            async for chunk in gateway.stream(session, "chat", chat, trace_parent=trace_parent):
+                for event in translator.feed(chunk):
+                    yield responses.sse(event)
+            closing = translator.finish()
+        except GatewayError as error:
+            if not translator.started:
+                raise
+            closing = translator.fail(error.message)
+        for event in closing:
             yield responses.sse(event)
 
     return await sse_response(events())

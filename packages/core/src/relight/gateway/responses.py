@@ -206,16 +206,21 @@ def response_from_chat(request: Json, chat: Json) -> Json:
     return _response(request, chat, output, choice.get("finish_reason"), chat.get("usage"))
 
 
-def _response(request: Json, head: Json, output: list[Json], finish_reason: object, usage: object) -> Json:
-    """A Response object; ``status`` is in_progress until the finish reason is known."""
-    status = "in_progress" if finish_reason is None else "incomplete" if finish_reason == "length" else "completed"
+def _response(
+    request: Json, head: Json, output: list[Json], finish_reason: object, usage: object, error: Json | None = None
+) -> Json:
+    """A Response object; ``status`` is in_progress until the finish reason is known, failed with an ``error``."""
+    if error is not None:
+        status = "failed"
+    else:
+        status = "in_progress" if finish_reason is None else "incomplete" if finish_reason == "length" else "completed"
     return {
         "id": head["id"],
         "object": "response",
         "created_at": head.get("created") or int(time.time()),
         "model": head.get("model") or request.get("model"),
         "status": status,
-        "error": None,
+        "error": error,
         "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
         "instructions": request.get("instructions"),
         "output": output,
@@ -267,8 +272,9 @@ def _call_item(response_id: str, index: int, call_id: str, name: str, arguments:
 class ResponseStream:
     """Chat completion chunks in, Responses stream events out, one output item at a time.
 
-    Feed every chunk of one chat stream to :meth:`feed`, then call :meth:`finish`; each returns the
-    events to send, in order, numbered as the API numbers them.
+    Feed every chunk of one chat stream to :meth:`feed`, then call :meth:`finish` (or :meth:`fail`
+    when the chat stream broke off); each returns the events to send, in order, numbered as the API
+    numbers them.
     """
 
     def __init__(self, request: Json) -> None:
@@ -343,6 +349,18 @@ class ResponseStream:
         kind = "response.incomplete" if response["status"] == "incomplete" else "response.completed"
         events.append(self._event(kind, response=response))
         return events
+
+    @property
+    def started(self) -> bool:
+        """Whether events have been made: from then on a failure must be told in the stream."""
+        return self._head is not None
+
+    def fail(self, message: str) -> list[Json]:
+        """The closing event when the chat stream broke off: ``response.failed``, with the items done so far."""
+        assert self._head is not None, "a stream that has not started fails with an HTTP error instead"
+        error = {"code": "server_error", "message": message}
+        response = _response(self.request, self._head, self._output, None, self._usage, error)
+        return [self._event("response.failed", response=response)]
 
     def _open_item(self, item: Json) -> list[Json]:
         self._open = item
