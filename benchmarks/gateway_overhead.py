@@ -5,7 +5,8 @@
   records the LLM span); ``added_p50_ms``/``added_p99_ms`` are the differences of the percentiles.
   The upstream runs on its own thread, the gateway (with an in-memory store) on the main loop, and
   the client, a plain blocking ``httpx.Client``, on a third thread, so the three do not interleave
-  their event loops. Aim: under 1 ms added at p50.
+  their event loops. Aim: under 1 ms added at p50. The long streamed reply (~50 chunks, all ready
+  at once) shows what the gateway adds per chunk.
 - ``loop``: ``Trainer.fit`` with the instant upstream and an algorithm that learns nothing, so
   everything else is measured: runners, real ``openai`` clients, gateway, store, transitions.
   ``rollouts_per_s`` counts rollouts of three calls each, from enqueue to transitions handed over,
@@ -43,6 +44,8 @@ from relight.testing.agents import CALLS, three_calls, three_calls_async
 from relight.testing.upstream import ScriptedUpstream
 
 REQUEST = {"model": "scripted", "messages": [{"role": "user", "content": "What is 2 + 2? Answer briefly."}]}
+LONG_REPLY = "Four: two and two make four, as counting on your fingers shows. " * 3
+"""~190 characters, streamed four to a chunk."""
 
 
 def _percentile(samples: Sequence[float], fraction: float) -> float:
@@ -68,19 +71,19 @@ def _time_calls(direct_url: str, gateway_url: str, calls: int, stream: bool) -> 
     return direct, through
 
 
-async def latency(calls: int, stream: bool) -> dict[str, Any]:
+async def latency(calls: int, stream: bool, reply: str = "ok") -> dict[str, Any]:
     store = InMemoryStore()
     await store.enqueue([RolloutRequest(input="bench")])
     claimed = await store.claim("bench")
     assert claimed is not None
     rollout, attempt = claimed
-    with ScriptedUpstream.instant() as upstream:
+    with ScriptedUpstream.instant(reply) as upstream:
         async with Gateway(store, [upstream.base_url]) as gateway:
             url = gateway.base_url_for(rollout.rollout_id, attempt.attempt_id)
             direct, through = await asyncio.to_thread(_time_calls, upstream.base_url, url, calls, stream)
             await gateway.flush()
     assert (await store.stats()).spans == calls + 50
-    result: dict[str, Any] = {"benchmark": "latency", "stream": stream, "calls": calls}
+    result: dict[str, Any] = {"benchmark": "latency", "stream": stream, "reply_chars": len(reply), "calls": calls}
     for name, fraction in (("p50", 0.5), ("p99", 0.99)):
         result[f"direct_{name}_ms"] = _percentile(direct, fraction) * 1e3
         result[f"gateway_{name}_ms"] = _percentile(through, fraction) * 1e3
@@ -164,9 +167,9 @@ def main() -> None:
     console = Console(stderr=args.json)
 
     results: list[dict[str, Any]] = []
-    for stream in (False, True):
-        with console.status(f"latency, stream={stream}…"):
-            results.append(asyncio.run(latency(args.calls, stream)))
+    for stream, reply in ((False, "ok"), (True, "ok"), (True, LONG_REPLY)):
+        with console.status(f"latency, stream={stream}, {len(reply)} characters…"):
+            results.append(asyncio.run(latency(args.calls, stream, reply)))
     for agent_kind, runners in (("async", 1), ("sync", 1), ("sync", 2)):
         with console.status(f"loop, {agent_kind} agent, {runners} runner process(es)…"):
             concurrency = args.concurrency // runners
@@ -177,12 +180,13 @@ def main() -> None:
             print(json.dumps(result))
         return
     table = Table(title=f"gateway latency ({args.calls} calls per path, instant upstream)", title_justify="left")
-    for column in ("request", "direct p50", "gateway p50", "added p50", "added p99", "added mean"):
+    for column in ("request", "reply", "direct p50", "gateway p50", "added p50", "added p99", "added mean"):
         table.add_column(column, justify="left" if column == "request" else "right")
     for r in (r for r in results if r["benchmark"] == "latency"):
         added = r["added_p50_ms"]
         table.add_row(
             "chat, streamed" if r["stream"] else "chat",
+            f"{r['reply_chars']} chars",
             f"{r['direct_p50_ms']:.3f} ms",
             f"{r['gateway_p50_ms']:.3f} ms",
             f"[{'green' if added < 1 else 'red'}]{added:.3f} ms[/]",

@@ -10,12 +10,15 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from starlette.responses import StreamingResponse
 
 from relight import semconv
 from relight.context import AttemptRef
 from relight.gateway import Gateway
+from relight.gateway.app import sse_response
 from relight.models import RolloutRequest, Span
 from relight.stores.memory import InMemoryStore
+from relight.testing.store import SETTLE
 from relight.testing.upstream import (
     Reply,
     ScriptedUpstream,
@@ -238,6 +241,52 @@ async def test_a_stream_the_upstream_breaks_off_ends_with_an_error_event_and_a_r
     (span,) = await setup.spans()
     assert span.status_code == "ERROR"
     assert "the engine died" in (span.status_message or "")
+
+
+async def test_sse_events_ready_together_go_out_in_one_write_and_none_waits_for_a_later_one() -> None:
+    later = asyncio.Event()
+
+    async def events() -> AsyncIterator[bytes]:
+        for event in (b"first", b"a", b"b", b"c"):
+            yield event
+        await later.wait()
+        yield b"d"
+
+    response = await sse_response(events())
+    assert isinstance(response, StreamingResponse)
+    body = response.body_iterator
+    assert await anext(body) == b"first"
+    assert await asyncio.wait_for(anext(body), SETTLE) == b"abc"
+    later.set()
+    assert [part async for part in body] == [b"d"]
+
+
+async def test_an_sse_stream_cut_off_midway_closes_its_events() -> None:
+    stalled, closed = asyncio.Event(), asyncio.Event()
+
+    async def events() -> AsyncIterator[bytes]:
+        try:
+            yield b"first"
+            yield b"a"
+            stalled.set()
+            await asyncio.Event().wait()  # the upstream stalls...
+            yield b"never"
+        finally:
+            closed.set()  # ...and is let go when the client leaves
+
+    response = await sse_response(events())
+    assert isinstance(response, StreamingResponse)
+    sent: list[bytes | str | memoryview] = []
+
+    async def send() -> None:
+        async for part in response.body_iterator:
+            sent.append(part)
+
+    sending = asyncio.create_task(send())
+    await asyncio.wait_for(stalled.wait(), SETTLE)
+    sending.cancel()  # as Starlette does when the client disconnects
+    await asyncio.wait_for(closed.wait(), SETTLE)
+    assert sent[0] == b"first"
 
 
 async def test_unreachable_upstream_is_a_502() -> None:

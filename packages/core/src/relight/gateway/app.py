@@ -13,6 +13,7 @@ Each handler is the same few steps, which a new endpoint reuses: :func:`gateway_
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, cast
@@ -95,10 +96,44 @@ async def sse_response(events: AsyncIterator[bytes]) -> Response:
 
     async def body() -> AsyncIterator[bytes]:
         yield first
-        async for event in events:
-            yield event
+        async for burst in _bursts(events):
+            yield burst
 
     return StreamingResponse(body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+
+async def _bursts(events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """``events`` with those that are ready together joined, to go out in one write.
+
+    A fast upstream sends many chunks in one read, and each write costs an ASGI message and a socket
+    send (~1 ms over a 50-chunk reply). A task of its own draws the events, so the ones that have
+    gathered by the time this side wakes form a burst, and no event waits for a later one.
+    """
+    queue: asyncio.Queue[bytes | Exception | None] = asyncio.Queue()
+
+    async def draw() -> None:
+        try:
+            async for event in events:
+                queue.put_nowait(event)
+        except Exception as error:  # raised on this side
+            queue.put_nowait(error)
+        else:
+            queue.put_nowait(None)
+
+    drawing = asyncio.create_task(draw())
+    try:
+        while True:
+            burst = [await queue.get()]
+            while not queue.empty():
+                burst.append(queue.get_nowait())
+            if joined := b"".join(event for event in burst if isinstance(event, bytes)):
+                yield joined
+            if isinstance(end := burst[-1], Exception):
+                raise end
+            if end is None:
+                return
+    finally:
+        drawing.cancel()
 
 
 async def _chat(request: Request) -> Response:
