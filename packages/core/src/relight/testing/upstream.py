@@ -397,6 +397,16 @@ class ScriptedUpstream(AsgiServer):
     def _wants_ids(self, request: ScriptRequest) -> bool:
         return self.return_token_ids and bool(request.body.get("return_token_ids"))
 
+    def _envelope(self, served: Served, kind: str, choice: dict[str, Any]) -> dict[str, Any]:
+        """A response or stream chunk of ``kind`` (its ``object``) around one choice."""
+        return {
+            "id": served.response_id,
+            "object": kind,
+            "created": int(time.time()),
+            "model": self.model,
+            "choices": [choice],
+        }
+
     def _usage(self, served: Served) -> dict[str, int]:
         prompt, completion = len(served.prompt_token_ids), len(served.token_ids)
         return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
@@ -420,14 +430,7 @@ class ScriptedUpstream(AsgiServer):
             "logprobs": self._chat_logprobs(request, whole),
             "finish_reason": served.finish_reason,
         }
-        body: dict[str, Any] = {
-            "id": served.response_id,
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": self.model,
-            "choices": [choice],
-            "usage": self._usage(served),
-        }
+        body = self._envelope(served, "chat.completion", choice) | {"usage": self._usage(served)}
         if self._wants_ids(request):
             choice["token_ids"] = served.token_ids
             body["prompt_token_ids"] = served.prompt_token_ids
@@ -445,13 +448,7 @@ class ScriptedUpstream(AsgiServer):
             }
             if wants_ids:
                 choice["token_ids"] = piece.token_ids if piece is not None else []
-            return {
-                "id": served.response_id,
-                "object": "chat.completion.chunk",
-                "created": int(time.time()),
-                "model": self.model,
-                "choices": [choice],
-            }
+            return self._envelope(served, "chat.completion.chunk", choice)
 
         first = chunk({"role": "assistant", "content": ""})
         if wants_ids:
@@ -502,27 +499,16 @@ class ScriptedUpstream(AsgiServer):
         choice = self._completion_choice(request, whole, served.finish_reason)
         if self._wants_ids(request):
             choice["prompt_token_ids"] = served.prompt_token_ids
-        return {
-            "id": served.response_id,
-            "object": "text_completion",
-            "created": int(time.time()),
-            "model": self.model,
-            "choices": [choice],
-            "usage": self._usage(served),
-        }
+        return self._envelope(served, "text_completion", choice) | {"usage": self._usage(served)}
 
     def _completion_chunks(self, request: ScriptRequest, served: Served, pieces: list[_Piece]) -> list[dict[str, Any]]:
-        def chunk(choice: dict[str, Any]) -> dict[str, Any]:
-            return {
-                "id": served.response_id,
-                "object": "text_completion",
-                "created": int(time.time()),
-                "model": self.model,
-                "choices": [choice],
-            }
-
-        chunks = [chunk(self._completion_choice(request, piece, None)) for piece in pieces if piece.tool_call is None]
-        chunks.append(chunk(self._completion_choice(request, _Piece("", [], []), served.finish_reason)))
+        chunks = [
+            self._envelope(served, "text_completion", self._completion_choice(request, piece, None))
+            for piece in pieces
+            if piece.tool_call is None
+        ]
+        last = self._completion_choice(request, _Piece("", [], []), served.finish_reason)
+        chunks.append(self._envelope(served, "text_completion", last))
         if self._wants_ids(request):
             chunks[0]["choices"][0]["prompt_token_ids"] = served.prompt_token_ids
         return chunks
