@@ -200,23 +200,16 @@ async def test_message_parts_roles_and_output_format_are_translated(setup: Setup
 
 
 @pytest.mark.parametrize("stream", [False, True])
-async def test_upstream_failure_is_a_502_and_a_recorded_error(stream: bool) -> None:
-    store = InMemoryStore()
-    await store.enqueue([RolloutRequest(input="task")])
-    claimed = await store.claim("worker")
-    assert claimed is not None
-
+async def test_upstream_failure_is_a_502_and_a_recorded_error(setup: Setup, stream: bool) -> None:
     def failing(request: ScriptRequest) -> str:
         raise ScriptError(500, "the model crashed")
 
-    async with ScriptedUpstream(failing) as upstream, Gateway(store, [upstream.base_url]) as gateway:
-        base_url = gateway.base_url_for(claimed[0].rollout_id, claimed[1].attempt_id)
-        async with openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0) as client:
-            with pytest.raises(openai.APIStatusError, match="the model crashed") as raised:
-                await client.responses.create(model="scripted", input="Weather in Paris?", stream=stream)
-        await gateway.flush()
+    setup.upstream.script = failing
+    async with setup.client() as client:
+        with pytest.raises(openai.APIStatusError, match="the model crashed") as raised:
+            await client.responses.create(model="scripted", input="Weather in Paris?", stream=stream)
     assert raised.value.status_code == 502
-    (span,) = await store.query_spans(claimed[0].rollout_id)
+    (span,) = await setup.spans()
     assert span.status_code == "ERROR"
 
 
@@ -238,18 +231,12 @@ async def test_a_stream_the_upstream_breaks_off_ends_with_response_failed(setup:
     assert span.attributes[semconv.GEN_AI_RESPONSE_ID] == failed.response.id
 
 
-async def test_a_reply_cut_at_the_token_limit_is_an_incomplete_response() -> None:
-    store = InMemoryStore()
-    await store.enqueue([RolloutRequest(input="task")])
-    claimed = await store.claim("worker")
-    assert claimed is not None
-    cut = turns(Reply("Sunny and", finish_reason="length"))
-    async with ScriptedUpstream(cut) as upstream, Gateway(store, [upstream.base_url]) as gateway:
-        base_url = gateway.base_url_for(claimed[0].rollout_id, claimed[1].attempt_id)
-        async with openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0) as client:
-            whole = await client.responses.create(model="scripted", input="Weather?", max_output_tokens=9)
-            stream = await client.responses.create(model="scripted", input="Weather?", max_output_tokens=9, stream=True)
-            events = [event async for event in stream]
+async def test_a_reply_cut_at_the_token_limit_is_an_incomplete_response(setup: Setup) -> None:
+    setup.upstream.script = turns(Reply("Sunny and", finish_reason="length"))
+    async with setup.client() as client:
+        whole = await client.responses.create(model="scripted", input="Weather?", max_output_tokens=9)
+        stream = await client.responses.create(model="scripted", input="Weather?", max_output_tokens=9, stream=True)
+        events = [event async for event in stream]
     assert whole.status == "incomplete"
     assert whole.incomplete_details is not None
     assert whole.incomplete_details.reason == "max_output_tokens"

@@ -4,6 +4,7 @@ import pytest
 from pydantic import ValidationError
 
 from relight import Rollout, RolloutRequest, Span, Transition
+from relight.testing.store import make_span
 
 
 def transition(**overrides: object) -> Transition:
@@ -62,33 +63,23 @@ def test_records_round_trip_through_json() -> None:
     assert RolloutRequest.model_validate_json(request.model_dump_json()) == request
 
 
-def span(**overrides: object) -> Span:
-    fields: dict[str, object] = {
-        "rollout_id": "r",
-        "attempt_id": "a",
-        "span_id": "s",
-        "trace_id": "t",
-        "name": "n",
-        "start_time": 1,
-        "end_time": 2,
-    }
-    fields.update(overrides)
-    return Span.model_validate(fields)
-
-
 @pytest.mark.parametrize(
     "bad", [object(), {1, 2}, [1, (2, 3)], {"nested": {4: "an int key"}}, {"deep": [[{"x": b"1"}]]}]
 )
 def test_span_attributes_that_are_not_json_are_refused_naming_the_key(bad: object) -> None:
     with pytest.raises(ValidationError, match=r"attributes\.bad"):
-        span(attributes={"fine": [1, 2.5, "x", None, True, {"k": []}], "bad": bad})
+        make_span("r", "a", "s", attributes={"fine": [1, 2.5, "x", None, True, {"k": []}], "bad": bad})
+
+
+def test_span_attributes_in_json_must_be_an_object() -> None:
+    sent = make_span("r", "a", "s").model_dump_json().replace('"attributes":{}', '"attributes":[1]')
     with pytest.raises(ValidationError, match="attributes"):
-        Span.model_validate_json(span().model_dump_json().replace('"attributes":{}', '"attributes":[1]'))
+        Span.model_validate_json(sent)
 
 
 def test_span_attributes_keep_plain_json_as_given() -> None:
     attributes: dict[str, object] = {"ids": list(range(200)), "message": {"role": "user", "parts": ["a", {"k": None}]}}
-    recorded = span(attributes=attributes)
+    recorded = make_span("r", "a", "s", attributes=attributes)
     attributes["ids"] = []  # the span has a dict of its own
     assert recorded.attributes == {"ids": list(range(200)), "message": {"role": "user", "parts": ["a", {"k": None}]}}
     assert Span.model_validate_json(recorded.model_dump_json()) == recorded
