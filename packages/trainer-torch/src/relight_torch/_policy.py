@@ -7,6 +7,7 @@ on from, served all along by the same engine.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,12 +27,14 @@ class PolicyAlgorithm:
 
     Args:
         engine: Serves the policy; the algorithm trains ``engine.model`` in place.
+        seed: Seeds :attr:`rng`, the algorithm's own randomness (batch order), kept in checkpoints.
         learner_options: For the :class:`~relight_torch.learner.Learner` (``lr``, ``token_budget``, …).
     """
 
-    def __init__(self, engine: TorchEngine, **learner_options: Any) -> None:
+    def __init__(self, engine: TorchEngine, *, seed: int = 0, **learner_options: Any) -> None:
         self.engine = engine
         self.learner = Learner(engine.model, pad_id=engine.pad_id, **learner_options)
+        self.rng = random.Random(seed)
 
     @property
     def model(self) -> str:
@@ -53,7 +56,11 @@ class PolicyAlgorithm:
             directory,
             model=self.engine.model,
             tokenizer=self.engine.tokenizer,
-            state={"learner": self.learner.state_dict(), "policy_version": self.policy_version},
+            state={
+                "learner": self.learner.state_dict(),
+                "policy_version": self.policy_version,
+                "rng": self.rng.getstate(),
+            },
             generators={"engine": self.engine.generator},
         )
 
@@ -62,3 +69,4 @@ class PolicyAlgorithm:
         state = load_checkpoint(directory, model=self.engine.model, generators={"engine": self.engine.generator})
         self.learner.load_state_dict(state["learner"])
         self.engine.policy_version = int(state["policy_version"])
+        self.rng.setstate(state["rng"])

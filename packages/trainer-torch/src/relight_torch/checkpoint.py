@@ -10,12 +10,15 @@ the interrupted one would have taken next.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors.torch import load_file
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers.utils import logging as transformers_logging
 
 __all__ = ["TRAINER_STATE", "load_checkpoint", "save_checkpoint"]
 
@@ -33,7 +36,8 @@ def save_checkpoint(
     """Write the model and tokenizer with ``save_pretrained`` and ``state`` plus the RNG states beside them."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(directory)
+    with _quiet_progress():
+        model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     rng = {
         "python": random.getstate(),
@@ -77,6 +81,18 @@ def load_checkpoint(
     for name, generator in (generators or {}).items():
         generator.set_state(rng["generators"][name])
     return saved["state"]
+
+
+@contextmanager
+def _quiet_progress() -> Iterator[None]:
+    """transformers draws a progress bar per save; a checkpoint every step should not."""
+    shown = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if shown:
+            transformers_logging.enable_progress_bar()
 
 
 def _tied_names(model: PreTrainedModel) -> set[str]:

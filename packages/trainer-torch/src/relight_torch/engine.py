@@ -1,9 +1,12 @@
 """A transformers model served in-process: relight's :class:`~relight.engine.Engine` for the CPU or one GPU.
 
 Calls from many concurrent rollouts are batched dynamically: ``generate`` templates and tokenizes
-the request, queues it and waits; one worker thread takes everything queued (up to
-``max_batch_size``), samples the whole batch with one forward pass per token (left-padded
-prompts, a KV cache, finished rows dropped as they finish) and hands each caller its result.
+the request, queues it and waits; one worker thread takes what is queued (up to
+``max_batch_size``, waiting while requests keep arriving less than ``batch_window`` seconds
+apart), samples the whole batch with one forward pass per token (left-padded prompts, a KV
+cache, finished rows dropped as they finish) and hands each caller its result. The window
+matters: requests reach the engine one by one through HTTP and the event loop, and a worker
+that started on the first would run batches of one while the rest queue behind it.
 A batch runs under one set of weights: :meth:`TorchEngine.updating_weights` holds new batches
 while the trainer changes the weights and then raises the policy version.
 
@@ -70,6 +73,7 @@ class TorchEngine:
         tokenizer: Its tokenizer, with a chat template for chat requests.
         name: The model name the engine answers to.
         max_batch_size: Most sequences sampled together in one batch.
+        batch_window: Seconds a new batch waits for the next request before it starts.
         seed: Seeds the sampling of requests that bring no seed of their own.
     """
 
@@ -80,6 +84,7 @@ class TorchEngine:
         *,
         name: str = "relight-tiny",
         max_batch_size: int = 128,
+        batch_window: float = 0.005,
         seed: int = 0,
     ) -> None:
         if tokenizer.pad_token_id is None and tokenizer.eos_token_id is None:
@@ -88,6 +93,7 @@ class TorchEngine:
         self.tokenizer = tokenizer
         self.name = name
         self.max_batch_size = max_batch_size
+        self.batch_window = batch_window
         self.policy_version = 0
         self.context_length: int = getattr(model.config, "max_position_embeddings", None) or 2048
         pad = tokenizer.pad_token_id
@@ -212,7 +218,7 @@ class TorchEngine:
             stop = False
             while len(rows) < self.max_batch_size:
                 try:
-                    row = self._queue.get_nowait()
+                    row = self._queue.get(timeout=self.batch_window)
                 except queue.Empty:
                     break
                 if row is None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import random
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
@@ -71,7 +70,9 @@ class GRPO(PolicyAlgorithm):
             raise ValueError(f"estimator must be 'grpo' or 'reinforce++', got {estimator!r}")
         if mini_batches < 1 or epochs < 1:
             raise ValueError(f"mini_batches and epochs must be at least 1, got {mini_batches} and {epochs}")
-        super().__init__(engine, lr=lr, token_budget=token_budget, max_grad_norm=max_grad_norm, **learner_options)
+        super().__init__(
+            engine, seed=seed, lr=lr, token_budget=token_budget, max_grad_norm=max_grad_norm, **learner_options
+        )
         self.estimator = estimator
         self.scale_by_std = scale_by_std
         self.mini_batches = mini_batches
@@ -79,7 +80,6 @@ class GRPO(PolicyAlgorithm):
         self.callbacks = list(callbacks)
         reference = copy.deepcopy(engine.model).requires_grad_(False) if kl_coef > 0 else None
         self.loss = PolicyGradientLoss(clip=clip, reference=reference, kl_coef=kl_coef)
-        self._shuffle = random.Random(seed)
 
     async def update(self, transitions: Sequence[Transition]) -> Mapping[str, float]:
         """One update on a batch; runs on a worker thread so the event loop (gateway, store) stays live."""
@@ -98,7 +98,7 @@ class GRPO(PolicyAlgorithm):
         with self.engine.updating_weights():
             for _ in range(self.epochs):
                 order = list(range(len(samples)))
-                self._shuffle.shuffle(order)
+                self.rng.shuffle(order)
                 for part in range(self.mini_batches):
                     chosen = [samples[i] for i in order[part :: self.mini_batches]]
                     if chosen:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -91,9 +90,8 @@ class SFT(PolicyAlgorithm):
         seed: int = 0,
         **learner_options: Any,
     ) -> None:
-        super().__init__(engine, lr=lr, **learner_options)
+        super().__init__(engine, seed=seed, lr=lr, **learner_options)
         self.min_reward = min_reward
-        self._rng = random.Random(seed)
 
     def fit(
         self,
@@ -118,7 +116,7 @@ class SFT(PolicyAlgorithm):
         try:
             with self.engine.updating_weights():
                 for step in range(steps):
-                    batch = self._rng.choices(samples, k=batch_size)
+                    batch = self.rng.choices(samples, k=batch_size)
                     losses.append(self.learner.update(batch, negative_log_likelihood)["loss"])
                     schedule.step()
                     if on_step is not None:

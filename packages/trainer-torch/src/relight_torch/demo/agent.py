@@ -8,8 +8,10 @@ name); everything else is what one would write without relight. The task says ho
 from __future__ import annotations
 
 import json
+import ssl
 from typing import Any
 
+import httpx
 from openai import AsyncOpenAI
 
 import relight
@@ -20,12 +22,16 @@ __all__ = ["MAX_TURNS", "calculator_agent"]
 MAX_TURNS = 3
 """Model calls per episode: at most two rounds of tool use, then an answer."""
 
+_TLS = ssl.create_default_context()
+"""One TLS context for every client: building one per client (the default) costs ~20 ms of CPU each."""
+
 
 @relight.rollout
 async def calculator_agent(task: dict[str, Any], llm: relight.LLM) -> float:
     """Answer ``task["question"]``, using the calculator when the model asks for it; 1.0 for the right number."""
     messages: list[Any] = [{"role": "user", "content": task["question"]}]
-    async with AsyncOpenAI(base_url=llm.base_url, api_key=llm.api_key, max_retries=0) as client:
+    http = httpx.AsyncClient(verify=_TLS, timeout=120)
+    async with AsyncOpenAI(base_url=llm.base_url, api_key=llm.api_key, http_client=http, max_retries=0) as client:
         for _ in range(MAX_TURNS):
             reply = await client.chat.completions.create(
                 model=llm.model,

@@ -1,0 +1,110 @@
+"""A :class:`~relight_torch.engine.TorchEngine` served alone as an OpenAI-compatible server.
+
+``python -m relight_torch.server PATH_OR_tiny --port 8000`` answers ``/v1/chat/completions``
+(whole and streamed), ``/v1/completions`` and ``/v1/models`` in the vLLM dialect (token ids and
+logprobs included), so any OpenAI client can talk to a policy being developed, and relight's
+gateway can use it as a remote replica. Requests are translated and answered by the core's
+:class:`relight.gateway.EngineUpstream`, the same code that serves the engine in-process, so the
+two paths cannot drift apart. There is no rollout scoping and nothing is recorded: that is the
+gateway's job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import secrets
+from collections.abc import AsyncIterator
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from relight.gateway import EngineUpstream, UpstreamError
+from relight.gateway.errors import error_body
+from relight_torch.engine import TorchEngine
+
+__all__ = ["create_app", "main"]
+
+_REQUIRED = {"chat": ("messages", list), "completions": ("prompt", str)}
+
+
+def create_app(engine: TorchEngine) -> Starlette:
+    """The ASGI app serving ``engine``."""
+    upstream = EngineUpstream(engine, name=engine.name)
+
+    async def chat(request: Request) -> Response:
+        return await _serve(upstream, "chat", request)
+
+    async def completions(request: Request) -> Response:
+        return await _serve(upstream, "completions", request)
+
+    async def models(request: Request) -> Response:
+        data = [{"id": name, "object": "model", "created": 0, "owned_by": "relight"} for name in engine.models()]
+        return JSONResponse({"object": "list", "data": data})
+
+    return Starlette(
+        routes=[
+            Route("/v1/chat/completions", chat, methods=["POST"]),
+            Route("/v1/completions", completions, methods=["POST"]),
+            Route("/v1/models", models, methods=["GET"]),
+        ]
+    )
+
+
+async def _serve(upstream: EngineUpstream, endpoint: Any, request: Request) -> Response:
+    try:
+        body = json.loads(await request.body())
+    except ValueError as error:
+        return _error(400, f"the request body is not valid JSON: {error}")
+    field, kind = _REQUIRED[endpoint]
+    if not isinstance(body, dict) or not isinstance(body.get(field), kind):
+        return _error(400, f"the request must be a JSON object with {field!r} ({kind.__name__})")
+    response_id = f"{'chatcmpl' if endpoint == 'chat' else 'cmpl'}-{secrets.token_hex(12)}"
+    try:
+        if not body.get("stream"):
+            return JSONResponse({**await upstream.complete(endpoint, body), "id": response_id})
+        chunks = upstream.stream(endpoint, body)
+        first = await anext(chunks)
+    except UpstreamError as error:
+        if isinstance(error.__cause__, ValueError):  # the engine refused a field (max_tokens, temperature, …)
+            return _error(400, str(error.__cause__))
+        return _error(error.status_code or 502, error.message)
+
+    async def events() -> AsyncIterator[bytes]:
+        yield _event({**first, "id": response_id})
+        async for chunk in chunks:
+            yield _event({**chunk, "id": response_id})
+        yield b"data: [DONE]\n\n"
+
+    return StreamingResponse(events(), media_type="text/event-stream")
+
+
+def _event(chunk: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
+
+
+def _error(status: int, message: str) -> Response:
+    return JSONResponse(error_body(status, message), status_code=status)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve a model (a local Hugging Face directory, or ``tiny``) until interrupted."""
+    from relight_torch.plugin import engine as load_engine
+
+    parser = argparse.ArgumentParser(prog="python -m relight_torch.server", description=main.__doc__)
+    parser.add_argument("model", help="a local Hugging Face model directory, or 'tiny'")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--name", help="the model name to answer to")
+    args = parser.parse_args(argv)
+    options = {"name": args.name} if args.name else {}
+    with load_engine(args.model, **options) as engine:
+        uvicorn.run(create_app(engine), host=args.host, port=args.port, log_level="info")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,13 @@
+from collections.abc import Iterator
+
+import pytest
+
+from relight_torch.engine import TorchEngine
+from relight_torch.tiny import tiny_engine
+
+
+@pytest.fixture
+def engine() -> Iterator[TorchEngine]:
+    """A fresh tiny model (random weights, seed 0) served by an engine that is closed afterwards."""
+    with tiny_engine(seed=0) as served:
+        yield served

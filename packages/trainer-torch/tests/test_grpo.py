@@ -1,0 +1,142 @@
+import asyncio
+import math
+
+import pytest
+import torch
+
+from relight.engine import GenerationRequest, SamplingParams
+from relight.models import Transition
+from relight_torch.advantages import grpo_advantages, reinforce_pp_advantages
+from relight_torch.engine import TorchEngine
+from relight_torch.grpo import GRPO
+from relight_torch.learner import Sample
+from relight_torch.tiny import tiny_engine
+
+QUESTION = [{"role": "user", "content": "What is 12 * 7?"}]
+
+
+def answers(engine: TorchEngine, texts: list[str], rewards: list[float]) -> list[Transition]:
+    """One group: the same prompt answered with each text, scored by hand, logprobs as the engine would record."""
+    prompt = engine.prompt_ids(GenerationRequest(model="m", messages=QUESTION))
+    responses = [[*engine.tokenizer.encode(text), engine.tokenizer.eos_token_id] for text in texts]
+    samples = [Sample(prompt, response) for response in responses]
+    logprobs = GRPO(engine).learner.logprobs(samples)
+    return [
+        Transition(
+            rollout_id=f"ro-{i}",
+            attempt_id=f"at-{i}",
+            group_id="task",
+            step=0,
+            prompt_token_ids=prompt,
+            response_token_ids=response,
+            response_logprobs=logprobs[i],
+            reward=reward,
+            policy_version=0,
+        )
+        for i, (response, reward) in enumerate(zip(responses, rewards, strict=True))
+    ]
+
+
+def total_logprobs(algorithm: GRPO, transitions: list[Transition]) -> list[float]:
+    samples = [Sample(t.prompt_token_ids, t.response_token_ids) for t in transitions]
+    return [sum(row) for row in algorithm.learner.logprobs(samples)]
+
+
+def test_grpo_advantages_by_hand() -> None:
+    # group a: mean 0.5, unbiased std sqrt(1/3); group b has one member: scored against mean 0, std 1 (as verl).
+    advantages = grpo_advantages([1.0, 0.0, 1.0, 0.0, 3.0], ["a", "a", "a", "a", "b"])
+    expected = [math.sqrt(3) / 2, -math.sqrt(3) / 2] * 2 + [3.0]
+    assert torch.allclose(advantages, torch.tensor(expected), atol=1e-5)
+    assert grpo_advantages([2.0, 2.0], ["a", "a"]).tolist() == [0.0, 0.0]
+    assert grpo_advantages([1.0, 0.0], ["a", "a"], scale_by_std=False).tolist() == [0.5, -0.5]
+
+
+def test_reinforce_pp_advantages_by_hand() -> None:
+    # Baseline: [0.5, -0.5] in group a; b has one member, kept as is (verl's rule); then whitened over
+    # the 2 + 1 + 1 response tokens, with an unbiased variance.
+    advantages = reinforce_pp_advantages([1.0, 0.0, 5.0], ["a", "a", "b"], [2, 1, 1])
+    centred = torch.tensor([0.5, -0.5, 5.0]) - (2 * 0.5 - 0.5 + 5.0) / 4
+    variance = (centred**2 * torch.tensor([2.0, 1.0, 1.0])).sum() / 3
+    assert torch.allclose(advantages, centred / variance.sqrt(), atol=1e-5)
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "reinforce++"])
+def test_one_step_moves_rewarded_answers_up_and_the_others_down(estimator: str) -> None:
+    with tiny_engine(seed=0) as engine:
+        transitions = answers(engine, ["84", "19", "84.", "42"], [1.0, 0.0, 1.0, 0.0])
+        algorithm = GRPO(engine, estimator=estimator, lr=1e-3)  # type: ignore[arg-type]
+        before = total_logprobs(algorithm, transitions)
+        metrics = algorithm.learn(transitions)
+        after = total_logprobs(algorithm, transitions)
+    assert metrics["first_ratio"] == pytest.approx(1.0, abs=1e-5)  # the recorded logprobs are the policy's own
+    moved = [b - a for a, b in zip(before, after, strict=True)]
+    assert [m > 0 for m in moved] == [True, False, True, False]
+
+
+def test_micro_batches_give_the_same_gradient_as_one_batch() -> None:
+    gradients = []
+    for budget in (16, 100_000):  # one row per pass, or everything at once
+        with tiny_engine(seed=0) as engine:
+            transitions = answers(engine, ["84", "19", "1234567", "42"], [1.0, 0.0, 1.0, 0.5])
+            GRPO(engine, token_budget=budget).learn(transitions)
+            gradients.append(torch.cat([p.grad.flatten() for p in engine.model.parameters() if p.grad is not None]))
+    assert torch.allclose(gradients[0], gradients[1], rtol=1e-4, atol=1e-7)
+
+
+def test_the_kl_penalty_starts_at_zero_and_holds_the_policy_near_the_reference() -> None:
+    drift = {}
+    for kl_coef in (0.0, 2.0):
+        with tiny_engine(seed=0) as engine:
+            transitions = answers(engine, ["84", "19"], [1.0, 0.0])
+            algorithm = GRPO(engine, lr=3e-3, kl_coef=kl_coef)
+            start = total_logprobs(algorithm, transitions)
+            steps = [algorithm.learn(transitions) for _ in range(6)]
+            drift[kl_coef] = sum(abs(a - b) for a, b in zip(start, total_logprobs(algorithm, transitions), strict=True))
+            if kl_coef:
+                assert steps[0]["kl"] == pytest.approx(0.0, abs=1e-6)  # the policy starts as the reference
+                assert steps[-1]["kl"] > 0
+                assert algorithm.loss.reference is not None
+                assert not any(p.requires_grad for p in algorithm.loss.reference.parameters())
+    assert drift[2.0] < drift[0.0]
+
+
+async def test_an_update_is_served_at_once_under_the_next_policy_version() -> None:
+    with tiny_engine(seed=0) as engine:
+        algorithm = GRPO(engine, lr=1e-2)
+        request = GenerationRequest(model="m", messages=QUESTION, sampling=SamplingParams(temperature=0, max_tokens=6))
+        first = await engine.generate(request)
+        metrics = await algorithm.update(answers(engine, ["84", "19"], [1.0, 0.0]))
+        second = await engine.generate(request)
+    assert (first.policy_version, second.policy_version, algorithm.policy_version) == (0, 1, 1)
+    assert first.response_logprobs != second.response_logprobs
+    assert metrics["off_policy_transitions"] == 0
+
+
+def test_transitions_without_response_tokens_are_not_trainable() -> None:
+    with tiny_engine(seed=0) as engine:
+        (transition,) = answers(engine, ["84"], [1.0])
+        empty = transition.model_copy(update={"response_token_ids": [], "response_logprobs": []})
+        with pytest.raises(ValueError, match="response tokens"):
+            GRPO(engine).learn([empty])
+
+
+def test_update_runs_off_the_event_loop() -> None:
+    with tiny_engine(seed=0) as engine:
+        algorithm = GRPO(engine)
+        transitions = answers(engine, ["84", "19"], [1.0, 0.0])
+
+        async def update_while_ticking() -> int:
+            ticks = 0
+
+            async def tick() -> None:
+                nonlocal ticks
+                while True:
+                    ticks += 1
+                    await asyncio.sleep(0)
+
+            ticker = asyncio.create_task(tick())
+            await algorithm.update(transitions)
+            ticker.cancel()
+            return ticks
+
+        assert asyncio.run(update_while_ticking()) > 1
