@@ -36,7 +36,7 @@ from relight.models import Mode, Resources, Rollout, RolloutRequest, RolloutStat
 from relight.plugins import open_store
 from relight.runner import Runner, RunnerProcesses
 from relight.store import Store
-from relight.transitions import TransitionBuilder, episode_return
+from relight.transitions import TransitionBuilder, episode_return, last_attempt_spans
 
 __all__ = ["DevResult", "GatewayOptions", "Trainer"]
 
@@ -233,9 +233,7 @@ class Trainer:
         returns: list[float] = []
         for rollout in rollouts:
             if rollout.status is RolloutStatus.SUCCEEDED:
-                attempts = await store.list_attempts(rollout.rollout_id)
-                spans = await store.query_spans(rollout.rollout_id, attempts[-1].attempt_id)
-                returns.append(episode_return(spans) or 0.0)
+                returns.append(episode_return(await last_attempt_spans(store, rollout.rollout_id)) or 0.0)
         return returns
 
     def _report(self, metrics: Mapping[str, float]) -> None:
@@ -363,8 +361,7 @@ class Trainer:
 
 
 async def _dev_result(store: Store, rollout: Rollout) -> DevResult:
-    attempts = await store.list_attempts(rollout.rollout_id)
-    spans = await store.query_spans(rollout.rollout_id, attempts[-1].attempt_id) if attempts else []
+    spans = await last_attempt_spans(store, rollout.rollout_id)
     calls = [span for span in spans if span.kind is SpanKind.LLM]
     return DevResult(
         rollout=rollout,

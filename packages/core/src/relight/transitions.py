@@ -27,7 +27,7 @@ from relight.credit import Call, CreditAssigner, Episode, Event, credit_assigner
 from relight.models import AttemptStatus, Rollout, RolloutStatus, Span, SpanKind, Transition
 from relight.store import Store
 
-__all__ = ["RoleFilter", "TransitionBuilder", "episode_return", "read_jsonl", "write_jsonl"]
+__all__ = ["RoleFilter", "TransitionBuilder", "episode_return", "last_attempt_spans", "read_jsonl", "write_jsonl"]
 
 logger = logging.getLogger(__name__)
 
@@ -226,6 +226,12 @@ def _messages_key(text: JsonValue | None) -> tuple[tuple[str, str], ...] | None:
             )
         key.append((str(entry.get("role", "")), "" if content is None else str(content)))
     return tuple(key)
+
+
+async def last_attempt_spans(store: Store, rollout_id: str) -> list[Span]:
+    """The spans of a rollout's latest attempt, the one its status and reward come from ([] before any)."""
+    attempts = await store.list_attempts(rollout_id)
+    return await store.query_spans(rollout_id, attempts[-1].attempt_id) if attempts else []
 
 
 def episode_return(spans: Iterable[Span]) -> float | None:

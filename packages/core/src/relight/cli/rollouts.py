@@ -19,7 +19,7 @@ from relight.cli._common import (
 )
 from relight.models import Attempt, Mode, Rollout, RolloutStatus, Span
 from relight.store import Store
-from relight.transitions import episode_return
+from relight.transitions import episode_return, last_attempt_spans
 
 
 def register(add_command: AddCommand) -> None:
@@ -53,7 +53,7 @@ def list_rollouts(args: argparse.Namespace) -> int:
         rollouts = await store.list_rollouts(
             status=args.status, mode=args.mode, group_id=args.group, limit=args.limit, offset=args.offset
         )
-        return [(rollout, await _last_attempt_reward(store, rollout)) for rollout in rollouts]
+        return [(rollout, episode_return(await last_attempt_spans(store, rollout.rollout_id))) for rollout in rollouts]
 
     rows = with_store(args, read)
     table = Table(title=f"{len(rows)} rollout(s)", title_justify="left")
@@ -76,13 +76,6 @@ def list_rollouts(args: argparse.Namespace) -> int:
         )
     Console().print(table)
     return 0
-
-
-async def _last_attempt_reward(store: Store, rollout: Rollout) -> float | None:
-    attempts = await store.list_attempts(rollout.rollout_id)
-    if not attempts:
-        return None
-    return episode_return(await store.query_spans(rollout.rollout_id, attempts[-1].attempt_id))
 
 
 def show_rollout(args: argparse.Namespace) -> int:
