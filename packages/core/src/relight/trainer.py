@@ -341,8 +341,8 @@ class Trainer:
             return
         from relight.stores.http.server import create_app
 
-        # Short long-polls: a runner process that exits leaves its claim waiting on the server, and
-        # shutting down waits for those (or cancels them noisily); a second is quick either way.
+        # Short long-polls: shutting down waits for the polls still held (the server drops those of
+        # runner processes that have gone), and a second is quick either way.
         async with AsgiServer(create_app(store, max_poll_seconds=1.0)) as server:
             yield server.url
 
