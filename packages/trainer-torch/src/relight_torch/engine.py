@@ -106,7 +106,9 @@ class TorchEngine:
         self._worker: threading.Thread | None = None
         self._start_lock = threading.Lock()
         self.batches = 0
-        """How many batches the worker has run (for benchmarks)."""
+        """Batches the worker has run; with :attr:`rows`, how well requests shared them."""
+        self.rows = 0
+        """Sequences sampled, over all batches."""
 
     @classmethod
     def from_pretrained(
@@ -237,6 +239,7 @@ class TorchEngine:
                 version = self.policy_version
                 self._sample(rows)
                 self.batches += 1
+                self.rows += len(rows)
         except Exception as error:
             for row in rows:
                 row.future.set_exception(error)

@@ -35,11 +35,12 @@ from relight.transitions import episode_return
 from relight_torch.demo.agent import calculator_agent
 from relight_torch.demo.calculator import TOOLS, demonstration, problems
 from relight_torch.demo.report import plot_curves
+from relight_torch.engine import TorchEngine
 from relight_torch.grpo import GRPO
 from relight_torch.sft import SFT, conversation_samples
 from relight_torch.tiny import tiny_engine
 
-__all__ = ["Recipe", "run_demo"]
+__all__ = ["Recipe", "run_demo", "warm_start"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +81,7 @@ def run_demo(recipe: Recipe, out: Path, console: Console | None = None) -> dict[
         f"[bold]relight demo[/]: a calculator agent on a {_millions(engine.model)}M-parameter Llama, seed {recipe.seed}"
     )
     try:
-        _warm_start(SFT(engine, lr=recipe.sft_lr, seed=recipe.seed), recipe, console)
+        warm_start(engine, recipe, console)
         progress = _progress(console)
         with (out / "metrics.jsonl").open("w", encoding="utf-8") as metrics_file, progress:
             tracker = _Tracker(progress, progress.add_task("GRPO", total=recipe.iterations, info=""), metrics_file)
@@ -128,7 +129,9 @@ async def _reinforce(algorithm: GRPO, recipe: Recipe, store_path: Path) -> tuple
         await store.close()
 
 
-def _warm_start(sft: SFT, recipe: Recipe, console: Console) -> None:
+def warm_start(engine: TorchEngine, recipe: Recipe, console: Console) -> None:
+    """SFT on the recipe's demonstrations, most of which answer without the calculator."""
+    sft = SFT(engine, lr=recipe.sft_lr, seed=recipe.seed)
     rng = random.Random(recipe.seed)
     conversations = [
         {"messages": demonstration(p, use_tool=rng.random() < recipe.tool_fraction), "tools": TOOLS}

@@ -1,0 +1,62 @@
+import io
+import json
+from pathlib import Path
+
+from rich.console import Console
+from transformers import AutoModelForCausalLM
+
+from relight_torch.demo.__main__ import main
+from relight_torch.demo.calculator import Problem, answer_reward, calculate
+from relight_torch.demo.run import Recipe, run_demo
+
+
+def test_the_calculator_and_the_reward() -> None:
+    assert calculate("12 * 7") == "84"
+    assert calculate(" 45 - 97") == "-52"
+    assert calculate("2 ** 10").startswith("error")
+    assert Problem(45, "-", 97).answer == -52
+    assert answer_reward("The answer is -52.", -52) == 1.0
+    assert answer_reward("52", -52) == 0.0
+    assert answer_reward(None, 3) == 0.0
+
+
+def test_a_miniature_run_writes_the_whole_run_folder(tmp_path: Path) -> None:
+    recipe = Recipe(
+        demonstrations=20, sft_steps=3, iterations=2, tasks_per_iteration=2, samples_per_task=2, eval_tasks=4
+    )
+    output = io.StringIO()
+    summary = run_demo(recipe, tmp_path, Console(file=output, width=200))
+
+    saved = json.loads((tmp_path / "summary.json").read_text())
+    assert saved == summary
+    for key in ("initial_eval_reward", "final_eval_reward", "initial_tool_rate", "final_tool_rate"):
+        assert 0.0 <= saved[key] <= 1.0
+    assert saved["iterations"] == 2
+    assert saved["policy_version"] == 3  # the warm start, then one per GRPO update
+    assert saved["wall_seconds"] > 0
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [row["iteration"] for row in rows] == [1, 2]
+    assert {"reward", "tool_rate", "step_seconds", "loss"} <= set(rows[0])
+    assert (tmp_path / "reward_curve.png").read_bytes().startswith(b"\x89PNG")
+    AutoModelForCausalLM.from_pretrained(tmp_path / "checkpoint")
+    assert str(tmp_path / "summary.json") in output.getvalue()
+
+
+def test_the_command_line_takes_the_run_folder(tmp_path: Path) -> None:
+    main(
+        [
+            "--out",
+            str(tmp_path),
+            "--sft-steps",
+            "2",
+            "--iterations",
+            "1",
+            "--tasks",
+            "2",
+            "--samples",
+            "2",
+            "--eval-tasks",
+            "2",
+        ]
+    )
+    assert json.loads((tmp_path / "summary.json").read_text())["iterations"] == 1
