@@ -7,11 +7,8 @@ rollouts are served by the weights the previous step produced.
 
 from __future__ import annotations
 
-import importlib.util
 import io
 from collections.abc import Mapping, Sequence
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -21,6 +18,7 @@ from rich.console import Console
 import relight
 from relight.models import Transition
 from relight.stores.memory import InMemoryStore
+from relight.testing.examples import example_file, load_example
 from relight.transitions import TransitionBuilder
 
 torch = pytest.importorskip("torch")
@@ -31,17 +29,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::langgraph.wa
 ROLE = "researcher/agent"
 
 
-def _load_example() -> ModuleType:
-    path = Path(__file__).resolve().parents[1] / "examples" / "langgraph" / "research_graph.py"
-    spec = importlib.util.spec_from_file_location("langgraph_example_research_graph", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-example = _load_example()
+example = load_example(example_file("langgraph/research_graph.py", near=__file__))
 
 
 @relight.rollout

@@ -7,9 +7,6 @@ runtime, by AutoGen's own agent span: two ways to a role, each through the whole
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 from autogen_agentchat.base import ChatAgent, Team
@@ -19,21 +16,11 @@ from relight import semconv
 from relight.agent import LLM
 from relight.models import RolloutStatus, SpanKind
 from relight.testing.adapters import AdapterConformance
+from relight.testing.examples import example_file, load_example
 from relight.testing.upstream import Reply, Script, ScriptRequest, ToolCall
 from relight_autogen import AutoGenAdapter
 
-
-def _load_example() -> ModuleType:
-    path = Path(__file__).resolve().parents[3] / "examples" / "autogen" / "math_team.py"
-    spec = importlib.util.spec_from_file_location("autogen_example_math_team", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-example = _load_example()
+example = load_example(example_file("autogen/math_team.py", near=__file__))
 
 
 class TestAutoGenTeamConformance(AdapterConformance):

@@ -6,10 +6,7 @@ temporary folder first.
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 import io
-from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -19,6 +16,7 @@ from relight import semconv
 from relight.agent import LLM
 from relight.models import SpanKind
 from relight.testing.adapters import AdapterConformance
+from relight.testing.examples import example_file, load_example
 from relight.testing.upstream import Script, ScriptedUpstream
 from relight.trainer import Trainer
 from relight_crewai import CrewAIAdapter
@@ -36,15 +34,8 @@ def capital_question(index: int) -> str:
     return f"What is the capital of {COUNTRIES[index % len(COUNTRIES)]}? (case {index + 1})"
 
 
-@functools.cache
 def example() -> ModuleType:
-    path = Path(__file__).resolve().parents[3] / "examples" / "crewai" / "capital_crew.py"
-    spec = importlib.util.spec_from_file_location("crewai_example_capital_crew", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_example(example_file("crewai/capital_crew.py", near=__file__))
 
 
 class TestCrewAIConformance(AdapterConformance):

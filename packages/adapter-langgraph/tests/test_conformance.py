@@ -2,33 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-from types import ModuleType
-
 import pytest
 
 from relight import semconv
 from relight.agent import LLM
 from relight.models import RolloutStatus, SpanKind
 from relight.testing.adapters import AdapterConformance
+from relight.testing.examples import example_file, load_example
 from relight.testing.upstream import Reply, Script, ScriptRequest, ToolCall
 from relight_langgraph import LangGraphAdapter
 
 pytestmark = pytest.mark.filterwarnings("ignore::langgraph.warnings.LangGraphDeprecatedSinceV10")
 
 
-def _load_example() -> ModuleType:
-    path = Path(__file__).resolve().parents[3] / "examples" / "langgraph" / "research_graph.py"
-    spec = importlib.util.spec_from_file_location("langgraph_example_research_graph", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-example = _load_example()
+example = load_example(example_file("langgraph/research_graph.py", near=__file__))
 
 
 class TestLangGraphConformance(AdapterConformance):

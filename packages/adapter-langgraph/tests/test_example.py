@@ -2,25 +2,14 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "langgraph" / "research_graph.py"
+from relight.testing.examples import example_file, run_example
+
+EXAMPLE = example_file("langgraph/research_graph.py", near=__file__)
 
 
 def test_the_readme_command_runs_every_task_with_full_reward(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, str(EXAMPLE)],
-        cwd=tmp_path,
-        env={**os.environ, "COLUMNS": "200"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    rows = [line for line in done.stdout.splitlines() if "ro-" in line]
-    assert len(rows) == 3, done.stdout
-    assert all("succeeded" in row and "1.000" in row for row in rows), done.stdout
+    rows = run_example(EXAMPLE, cwd=tmp_path)
+    assert len(rows) == 3, rows
+    assert all("succeeded" in row and "1.000" in row for row in rows), rows

@@ -7,10 +7,7 @@ both: the first call joins its gateway span by response id, the others by their 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import io
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 from agents import Runner
@@ -22,22 +19,12 @@ from relight.gateway import Gateway
 from relight.models import RolloutRequest, SpanKind
 from relight.stores.memory import InMemoryStore
 from relight.testing.adapters import AdapterConformance
+from relight.testing.examples import example_file, load_example
 from relight.testing.upstream import Script, ScriptedUpstream
 from relight.trainer import Trainer
 from relight_openai_agents import OpenAIAgentsAdapter
 
-
-def _load_example() -> ModuleType:
-    path = Path(__file__).resolve().parents[3] / "examples" / "openai_agents" / "weather_desk.py"
-    spec = importlib.util.spec_from_file_location("openai_agents_example_weather_desk", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-example = _load_example()
+example = load_example(example_file("openai_agents/weather_desk.py", near=__file__))
 CITIES = list(example.FORECASTS)
 
 
