@@ -14,7 +14,6 @@ endpoint::
 
 from __future__ import annotations
 
-import argparse
 import ast
 import operator
 import re
@@ -30,7 +29,8 @@ from autogen_core.models import ModelInfo
 from autogen_ext.models.openai import OpenAIChatCompletionClient
 
 import relight
-from relight.testing.upstream import Reply, ScriptedUpstream, ScriptRequest, ToolCall
+from relight.testing.examples import run_dev_example
+from relight.testing.upstream import Reply, ScriptRequest, ToolCall
 
 SOLVER_PROMPT = "You are the solver. Use the calculator, then reply 'Answer: <number>'."
 REVIEWER_PROMPT = "You are the reviewer. Check the solver's answer and reply APPROVED when it is right."
@@ -129,20 +129,5 @@ def scripted_model(request: ScriptRequest) -> Reply | str:
     return Reply(tool_calls=[ToolCall("calculator", {"expression": expression.group(1) if expression else "0"})])
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description="Run the team and the lone solver once per task in dev mode.")
-    parser.add_argument("--base-url", help="an OpenAI-compatible endpoint; a scripted model on 127.0.0.1 by default")
-    parser.add_argument("--model", default="scripted")
-    args = parser.parse_args()
-    trainer = relight.Trainer()
-    if args.base_url is not None:
-        for agent in (solve_with_team, solve_alone):
-            trainer.dev(agent, TASKS, base_url=args.base_url, model=args.model)
-        return
-    with ScriptedUpstream(scripted_model) as upstream:
-        for agent in (solve_with_team, solve_alone):
-            trainer.dev(agent, TASKS, base_url=upstream.base_url, model=upstream.model, api_key="unused", vllm=True)
-
-
 if __name__ == "__main__":
-    main()
+    run_dev_example(solve_with_team, solve_alone, tasks=TASKS, script=scripted_model)

@@ -7,7 +7,6 @@ lookup tool, then a ``Writer`` states it as ``Answer: <city>``. The only relight
 
 from __future__ import annotations
 
-import argparse
 import re
 from typing import Any
 
@@ -15,7 +14,8 @@ from crewai import LLM, Agent, Crew, CrewOutput, Process, Task
 from crewai.tools import tool
 
 import relight
-from relight.testing.upstream import Reply, ScriptedUpstream, ScriptRequest, ToolCall
+from relight.testing.examples import run_dev_example
+from relight.testing.upstream import Reply, ScriptRequest, ToolCall
 
 CAPITALS = {"France": "Paris", "Norway": "Oslo", "Peru": "Lima", "Egypt": "Cairo", "Ireland": "Dublin"}
 
@@ -99,19 +99,5 @@ def scripted_model(request: ScriptRequest) -> Reply | str:
     return f"Answer: {found.group(1) if found else 'unknown'}"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description="Run the capital crew once per task in relight's dev mode.")
-    parser.add_argument("--base-url", help="an OpenAI-compatible endpoint; a scripted model on 127.0.0.1 by default")
-    parser.add_argument("--model", default="scripted")
-    args = parser.parse_args()
-    if args.base_url is not None:
-        relight.Trainer().dev(answer, TASKS, base_url=args.base_url, model=args.model)
-        return
-    with ScriptedUpstream(scripted_model) as upstream:
-        relight.Trainer().dev(
-            answer, TASKS, base_url=upstream.base_url, model=upstream.model, api_key="unused", vllm=True
-        )
-
-
 if __name__ == "__main__":
-    main()
+    run_dev_example(answer, tasks=TASKS, script=scripted_model)

@@ -14,7 +14,6 @@ endpoint::
 
 from __future__ import annotations
 
-import argparse
 import ast
 import operator
 import re
@@ -30,7 +29,8 @@ from langgraph.prebuilt import create_react_agent
 from langgraph.warnings import LangGraphDeprecatedSinceV10
 
 import relight
-from relight.testing.upstream import Reply, ScriptedUpstream, ScriptRequest, ToolCall
+from relight.testing.examples import run_dev_example
+from relight.testing.upstream import Reply, ScriptRequest, ToolCall
 
 # create_react_agent's successor, langchain.agents.create_agent, needs langchain-core >= 1.7.3.
 warnings.filterwarnings("ignore", category=LangGraphDeprecatedSinceV10)
@@ -121,19 +121,5 @@ def scripted_model(request: ScriptRequest) -> Reply | str:
     return f"Answer: {found[-1] if found else 'unknown'}"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description="Run the research graph once per task in relight's dev mode.")
-    parser.add_argument("--base-url", help="an OpenAI-compatible endpoint; a scripted model on 127.0.0.1 by default")
-    parser.add_argument("--model", default="scripted")
-    args = parser.parse_args()
-    if args.base_url is not None:
-        relight.Trainer().dev(research, TASKS, base_url=args.base_url, model=args.model)
-        return
-    with ScriptedUpstream(scripted_model) as upstream:
-        relight.Trainer().dev(
-            research, TASKS, base_url=upstream.base_url, model=upstream.model, api_key="unused", vllm=True
-        )
-
-
 if __name__ == "__main__":
-    main()
+    run_dev_example(research, tasks=TASKS, script=scripted_model)

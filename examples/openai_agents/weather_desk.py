@@ -9,7 +9,6 @@ relight-specific lines are ``relight.instrument("openai_agents")``, the client b
 
 from __future__ import annotations
 
-import argparse
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -18,7 +17,8 @@ from agents import Agent, OpenAIChatCompletionsModel, OpenAIResponsesModel, Runn
 from openai import AsyncOpenAI
 
 import relight
-from relight.testing.upstream import Reply, ScriptedUpstream, ScriptRequest, ToolCall
+from relight.testing.examples import run_dev_example
+from relight.testing.upstream import Reply, ScriptRequest, ToolCall
 
 TRIAGE_PROMPT = "You are the triage agent. Hand every weather question to the forecaster."
 FORECASTER_PROMPT = "You are the forecaster. Look the city up with get_forecast, then answer in one sentence."
@@ -98,19 +98,5 @@ def _last_tool_called(messages: list[Mapping[str, Any]]) -> str | None:
     return None
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description="Run the weather desk once per task in relight's dev mode.")
-    parser.add_argument("--base-url", help="an OpenAI-compatible endpoint; a scripted model on 127.0.0.1 by default")
-    parser.add_argument("--model", default="scripted")
-    args = parser.parse_args()
-    if args.base_url is not None:
-        relight.Trainer().dev(forecast, TASKS, base_url=args.base_url, model=args.model)
-        return
-    with ScriptedUpstream(scripted_model) as upstream:
-        relight.Trainer().dev(
-            forecast, TASKS, base_url=upstream.base_url, model=upstream.model, api_key="unused", vllm=True
-        )
-
-
 if __name__ == "__main__":
-    main()
+    run_dev_example(forecast, tasks=TASKS, script=scripted_model)

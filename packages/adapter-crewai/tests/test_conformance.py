@@ -6,19 +6,16 @@ temporary folder first.
 
 from __future__ import annotations
 
-import io
 from types import ModuleType
 
 import pytest
-from rich.console import Console
 
 from relight import semconv
 from relight.agent import LLM
 from relight.models import SpanKind
 from relight.testing.adapters import AdapterConformance
-from relight.testing.examples import example_file, load_example
-from relight.testing.upstream import Script, ScriptedUpstream
-from relight.trainer import Trainer
+from relight.testing.examples import example_file, load_example, run_dev_example
+from relight.testing.upstream import Script
 from relight_crewai import CrewAIAdapter
 
 pytestmark = [
@@ -96,10 +93,7 @@ class TestStandaloneAgentConformance(AdapterConformance):
         assert CrewAIAdapter().flush()
 
 
-async def test_the_example_earns_its_reward_in_dev_mode() -> None:
+def test_the_example_earns_its_reward_in_dev_mode() -> None:
     app = example()
-    async with ScriptedUpstream(app.scripted_model) as upstream:
-        results = await Trainer(console=Console(file=io.StringIO())).adev(
-            app.answer, app.TASKS, base_url=upstream.base_url, model=upstream.model, api_key="unused", vllm=True
-        )
+    (results,) = run_dev_example(app.answer, tasks=app.TASKS, script=app.scripted_model, argv=[])
     assert [(result.reward, result.calls, result.failed_calls) for result in results] == [(1.0, 3, 0)] * len(app.TASKS)

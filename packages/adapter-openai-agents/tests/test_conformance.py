@@ -7,11 +7,9 @@ both: the first call joins its gateway span by response id, the others by their 
 from __future__ import annotations
 
 import asyncio
-import io
 
 import pytest
 from agents import Runner
-from rich.console import Console
 
 from relight import semconv
 from relight.agent import LLM
@@ -19,9 +17,8 @@ from relight.gateway import Gateway
 from relight.models import RolloutRequest, SpanKind
 from relight.stores.memory import InMemoryStore
 from relight.testing.adapters import AdapterConformance
-from relight.testing.examples import example_file, load_example
+from relight.testing.examples import example_file, load_example, run_dev_example
 from relight.testing.upstream import Script, ScriptedUpstream
-from relight.trainer import Trainer
 from relight_openai_agents import OpenAIAgentsAdapter
 
 example = load_example(example_file("openai_agents/weather_desk.py", near=__file__))
@@ -93,10 +90,7 @@ class TestOpenAIAgentsConformance(AdapterConformance):
         assert tool.status_code == "ERROR"
 
 
-async def test_the_example_earns_its_reward_in_dev_mode() -> None:
-    app = example
-    async with ScriptedUpstream(app.scripted_model) as upstream:
-        results = await Trainer(console=Console(file=io.StringIO())).adev(
-            app.forecast, app.TASKS, base_url=upstream.base_url, model=upstream.model, api_key="unused", vllm=True
-        )
-    assert [(result.reward, result.calls, result.failed_calls) for result in results] == [(1.0, 3, 0)] * len(app.TASKS)
+def test_the_example_earns_its_reward_in_dev_mode() -> None:
+    (results,) = run_dev_example(example.forecast, tasks=example.TASKS, script=example.scripted_model, argv=[])
+    outcomes = [(result.reward, result.calls, result.failed_calls) for result in results]
+    assert outcomes == [(1.0, 3, 0)] * len(example.TASKS)
