@@ -26,8 +26,7 @@ import io
 import json
 import statistics
 import time
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import httpx
@@ -35,12 +34,12 @@ from pydantic import JsonValue
 from rich.console import Console
 from rich.table import Table
 
-from relight import Trainer, Transition
-from relight.algorithm import UpstreamTarget
+from relight import Trainer
 from relight.gateway import Gateway
 from relight.models import RolloutRequest
 from relight.stores.memory import InMemoryStore
 from relight.testing.agents import CALLS, three_calls, three_calls_async
+from relight.testing.algorithms import RecordingAlgorithm
 from relight.testing.upstream import ScriptedUpstream
 
 REQUEST = {"model": "scripted", "messages": [{"role": "user", "content": "What is 2 + 2? Answer briefly."}]}
@@ -92,45 +91,11 @@ async def latency(calls: int, stream: bool, reply: str = "ok") -> dict[str, Any]
     return result
 
 
-class PassThrough:
-    """An algorithm that learns nothing, so the loop around it is what gets measured."""
-
-    def __init__(self, upstream: ScriptedUpstream) -> None:
-        self.upstream = upstream
-        self.transitions = 0
-        self._version = 0
-
-    @property
-    def model(self) -> str:
-        return self.upstream.model
-
-    @property
-    def policy_version(self) -> int:
-        return self._version
-
-    def upstreams(self) -> Sequence[UpstreamTarget]:
-        return [self.upstream.base_url]
-
-    def resources(self) -> Mapping[str, JsonValue]:
-        return {}
-
-    async def update(self, transitions: Sequence[Transition]) -> Mapping[str, float]:
-        self.transitions += len(transitions)
-        self._version += 1
-        return {}
-
-    def save(self, directory: Path) -> None:
-        return None
-
-    def load(self, directory: Path) -> None:
-        return None
-
-
 async def loop(rollouts: int, concurrency: int, agent_kind: str, runners: int) -> dict[str, Any]:
     """Two training steps over the same tasks; the second is timed (runner processes and clients are warm)."""
     agent = three_calls_async if agent_kind == "async" else three_calls
     with ScriptedUpstream.instant() as upstream:
-        algorithm = PassThrough(upstream)
+        algorithm = RecordingAlgorithm(upstream)
         trainer = Trainer(
             algorithm,
             n_runners=runners,
@@ -142,7 +107,8 @@ async def loop(rollouts: int, concurrency: int, agent_kind: str, runners: int) -
         )
         tasks: list[JsonValue] = [{"text": f"task-{i}"} for i in range(rollouts)]
         _, timed = await trainer.afit(agent, tasks)
-    assert algorithm.transitions == 2 * rollouts * CALLS, algorithm.transitions
+    transitions = sum(len(batch) for batch in algorithm.batches)
+    assert transitions == 2 * rollouts * CALLS, transitions
     seconds = timed["time_rollouts_s"] + timed["time_update_s"]
     return {
         "benchmark": "loop",

@@ -1,10 +1,8 @@
 """The whole loop on loopback: Trainer.fit → runner → real openai client → gateway → scripted vLLM-style
 upstream → store → transitions → algorithm. Every transition must carry exactly what the upstream sent."""
 
-import asyncio
 import io
 from collections import Counter
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,60 +10,13 @@ import pytest
 from pydantic import JsonValue
 from rich.console import Console
 
-from relight import Trainer, Transition
+from relight import Trainer
 from relight.agent import Agent
-from relight.algorithm import UpstreamTarget
 from relight.models import AttemptStatus, Mode, RolloutStatus
 from relight.stores.memory import InMemoryStore
 from relight.testing.agents import CALLS, three_calls, three_calls_async
+from relight.testing.algorithms import RecordingAlgorithm
 from relight.testing.upstream import ScriptedUpstream, decode
-
-
-class RecordingAlgorithm:
-    """A real :class:`relight.Algorithm` that learns nothing: it keeps each batch and bumps the version."""
-
-    def __init__(self, upstream: ScriptedUpstream) -> None:
-        self.upstream = upstream
-        self.batches: list[list[Transition]] = []
-        self._version = 0
-
-    @property
-    def model(self) -> str:
-        return self.upstream.model
-
-    @property
-    def policy_version(self) -> int:
-        return self._version
-
-    def upstreams(self) -> Sequence[UpstreamTarget]:
-        _off_the_event_loop("upstreams")
-        return [self.upstream.base_url]
-
-    def resources(self) -> Mapping[str, JsonValue]:
-        return {"prompt": "Repeat the last message."}
-
-    async def update(self, transitions: Sequence[Transition]) -> Mapping[str, float]:
-        self.batches.append(list(transitions))
-        self._version += 1
-        return {"loss": 0.0}
-
-    def save(self, directory: Path) -> None:
-        _off_the_event_loop("save")
-        directory.mkdir(parents=True)
-        (directory / "version").write_text(str(self._version))
-
-    def load(self, directory: Path) -> None:
-        self._version = int((directory / "version").read_text())
-
-
-def _off_the_event_loop(call: str) -> None:
-    """Calls that may block for minutes (relight-verl starts its cluster in upstreams()) must not stall the loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return
-    raise AssertionError(f"algorithm.{call}() was called on the event loop, which it would block")
-
 
 TASKS_PER_STEP, SAMPLES, STEPS = 25, 4, 2  # 200 rollouts of 3 calls each
 
@@ -77,7 +28,7 @@ async def test_200_rollouts_through_the_loop_carry_exactly_what_the_upstream_sen
     store = InMemoryStore()
     tasks: list[JsonValue] = [{"text": f"task-{i}", "stream": stream} for i in range(TASKS_PER_STEP * STEPS)]
     async with ScriptedUpstream() as upstream:
-        algorithm = RecordingAlgorithm(upstream)
+        algorithm = RecordingAlgorithm(upstream, resources={"prompt": "Repeat the last message."})
         trainer = Trainer(
             algorithm,
             store=store,
