@@ -12,9 +12,7 @@ import pytest
 from autogen_agentchat.base import ChatAgent, Team
 from autogen_ext.models.openai import OpenAIChatCompletionClient
 
-from relight import semconv
 from relight.agent import LLM
-from relight.models import RolloutStatus, SpanKind
 from relight.testing.adapters import AdapterConformance
 from relight.testing.examples import example_file, load_example
 from relight.testing.upstream import Reply, Script, ScriptRequest, ToolCall
@@ -49,20 +47,13 @@ class TestAutoGenTeamConformance(AdapterConformance):
     def agent(self, client: OpenAIChatCompletionClient, stream: bool) -> Team | ChatAgent:
         return example.team(client, stream=stream)
 
-    async def test_a_failed_tool_call_is_a_failed_tool_span_of_the_calling_role(
-        self, monkeypatch: pytest.MonkeyPatch
-    ) -> None:
+    def fail_a_tool(self, monkeypatch: pytest.MonkeyPatch) -> None:
         def broken_expression(request: ScriptRequest) -> Reply | str:
             if "calculator" in request.tool_names and not request.tool_results:
                 return Reply(tool_calls=[ToolCall("calculator", {"expression": "2 *"})])
             return example.scripted_model(request)
 
         monkeypatch.setattr(self, "script", lambda: broken_expression)
-        (run,) = (await self.run_rollouts(1, "async")).runs
-        assert run.rollout.status is RolloutStatus.SUCCEEDED, run.rollout.error
-        (tool,) = run.of_kind(SpanKind.TOOL)
-        assert tool.attributes[semconv.TOOL_SUCCESS] is False
-        assert tool.attributes[semconv.ROLE] == "solver"
 
 
 class TestAutoGenStandaloneConformance(TestAutoGenTeamConformance):

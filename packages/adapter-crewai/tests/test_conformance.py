@@ -27,26 +27,40 @@ pytestmark = [
 COUNTRIES = ("Norway", "Peru", "Egypt", "France", "Ireland")
 
 
-def capital_question(index: int) -> str:
-    return f"What is the capital of {COUNTRIES[index % len(COUNTRIES)]}? (case {index + 1})"
-
-
 def example() -> ModuleType:
     return load_example(example_file("crewai/capital_crew.py", near=__file__))
 
 
-class TestCrewAIConformance(AdapterConformance):
+class CapitalQuestions(AdapterConformance):
+    """What both suites share: the example's researcher and scripted model, asked for capitals.
+
+    Its name does not start with ``Test``, so pytest collects only its subclasses.
+    """
+
     adapter_name = "crewai"
     adapter = CrewAIAdapter
-    roles = ("Researcher", "Researcher", "Writer")
     tools = (("capital_of", "Researcher"),)
-    trained_role = "Writer"
 
     def script(self) -> Script:
         return example().scripted_model
 
     def task(self, index: int) -> str:
-        return capital_question(index)
+        return f"What is the capital of {COUNTRIES[index % len(COUNTRIES)]}? (case {index + 1})"
+
+    def fail_a_tool(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(self, "task", lambda index: f"What is the capital of Atlantis? (case {index + 1})")
+
+    async def test_a_failed_tool_call_is_a_failed_tool_span_of_the_calling_role(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        tool = await self.failed_tool_span(monkeypatch)
+        assert tool.attributes[semconv.ERROR_TYPE] == "ValueError"
+        assert "Atlantis" in (tool.status_message or "")
+
+
+class TestCrewAIConformance(CapitalQuestions):
+    roles = ("Researcher", "Researcher", "Writer")
+    trained_role = "Writer"
 
     def run_sync(self, task: str, llm: LLM) -> None:
         example().build_crew(llm, task).kickoff()
@@ -60,28 +74,11 @@ class TestCrewAIConformance(AdapterConformance):
             role_ids = [span.attributes[semconv.GEN_AI_RESPONSE_ID] for span in run.of_kind(SpanKind.ROLE)]
             assert role_ids == llm_ids
 
-    async def test_a_tool_that_raises_is_a_failed_tool_span(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        monkeypatch.setattr(self, "task", lambda index: f"What is the capital of Atlantis? (case {index + 1})")
-        (run,) = (await self.run_rollouts(1, "async")).runs
-        (tool,) = run.of_kind(SpanKind.TOOL)
-        assert tool.attributes[semconv.TOOL_SUCCESS] is False
-        assert tool.attributes[semconv.ERROR_TYPE] == "ValueError"
-        assert "Atlantis" in (tool.status_message or "")
 
-
-class TestStandaloneAgentConformance(AdapterConformance):
+class TestStandaloneAgentConformance(CapitalQuestions):
     """A bare ``Agent.kickoff``: unlike a crew's, it does not wait for the bus's handlers, so after_run flushes."""
 
-    adapter_name = "crewai"
-    adapter = CrewAIAdapter
     roles = ("Researcher", "Researcher")
-    tools = (("capital_of", "Researcher"),)
-
-    def script(self) -> Script:
-        return example().scripted_model
-
-    def task(self, index: int) -> str:
-        return capital_question(index)
 
     def run_sync(self, task: str, llm: LLM) -> None:
         example().researcher(example().crew_model(llm)).kickoff(task)

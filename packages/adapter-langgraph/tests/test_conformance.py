@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from relight import semconv
 from relight.agent import LLM
-from relight.models import RolloutStatus, SpanKind
 from relight.testing.adapters import AdapterConformance
 from relight.testing.examples import example_file, load_example
 from relight.testing.upstream import Reply, Script, ScriptRequest, ToolCall
@@ -38,18 +36,10 @@ class TestLangGraphConformance(AdapterConformance):
         graph = example.build_graph(example.chat_model(llm, streaming=stream))
         await graph.ainvoke({"messages": [("user", task)]})
 
-    async def test_a_failed_tool_call_is_a_failed_tool_span_of_the_calling_role(
-        self, monkeypatch: pytest.MonkeyPatch
-    ) -> None:
+    def fail_a_tool(self, monkeypatch: pytest.MonkeyPatch) -> None:
         def wrong_arguments(request: ScriptRequest) -> Reply | str:
             if "researcher" in request.system and not request.tool_results:
                 return Reply(tool_calls=[ToolCall("calculator", {"formula": "2 * 7"})])
             return example.scripted_model(request)
 
         monkeypatch.setattr(self, "script", lambda: wrong_arguments)
-        (run,) = (await self.run_rollouts(1, "async")).runs
-        assert run.rollout.status is RolloutStatus.SUCCEEDED, run.rollout.error
-        (tool,) = run.of_kind(SpanKind.TOOL)
-        assert tool.attributes[semconv.TOOL_SUCCESS] is False
-        assert tool.attributes[semconv.ROLE] == "researcher/agent"
-        assert tool.status_code == "ERROR"

@@ -28,8 +28,9 @@ handle, and which roles one run's LLM calls belong to::
 The task text must reach every LLM request of the run (a chat history does that): the kit checks
 that each transition's prompt holds its own rollout's task and no other, which is how it sees
 rollouts mixing. Override :meth:`AdapterConformance.after_run` when the framework reports calls
-from elsewhere (a thread pool) and must be flushed before the rollout ends, and
-:meth:`AdapterConformance.break_hook` if the adapter records without :func:`relight.tracing.tracer`.
+from elsewhere (a thread pool) and must be flushed before the rollout ends,
+:meth:`AdapterConformance.break_hook` if the adapter records without :func:`relight.tracing.tracer`,
+and :meth:`AdapterConformance.fail_a_tool` to have the failed-tool promise checked.
 
 What every adapter is held to:
 
@@ -39,6 +40,7 @@ What every adapter is held to:
 - training one role (a role filter) yields transitions of that role alone;
 - many rollouts at once in one process don't mix;
 - an exception inside the adapter's hook is logged and never reaches the agent;
+- a tool call that fails is a failed tool span of the role that called it, and the run goes on;
 - outside a rollout the agent runs as usual, and after ``uninstrument()`` nothing is recorded.
 """
 
@@ -188,6 +190,13 @@ class AdapterConformance:
         monkeypatch.setattr(saboteur, "armed", True)
         return HookSabotage
 
+    def fail_a_tool(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Make the run's one tool call fail (a script that calls it wrongly, a task it cannot do).
+
+        The agent must still finish. The failed-tool test is skipped unless a subclass overrides this.
+        """
+        pytest.skip(f"{type(self).__name__} defines no fail_a_tool()")
+
     # -- fixtures ---------------------------------------------------------------------------------
 
     @pytest.fixture(autouse=True)
@@ -253,7 +262,24 @@ class AdapterConformance:
             await self.run_async(self.task(0), llm, stream=False)
             assert len(upstream.served) == len(self.roles)
 
+    async def test_a_failed_tool_call_is_a_failed_tool_span_of_the_calling_role(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        await self.failed_tool_span(monkeypatch)
+
     # -- machinery a subclass may reuse in its own tests ------------------------------------------
+
+    async def failed_tool_span(self, monkeypatch: pytest.MonkeyPatch) -> Span:
+        """Run once with :meth:`fail_a_tool`, check the failed tool's span and return it (for more checks)."""
+        self.fail_a_tool(monkeypatch)
+        (run,) = (await self.run_rollouts(1, self._a_mode())).runs
+        assert run.rollout.status is RolloutStatus.SUCCEEDED, run.rollout.error
+        (tool,) = run.of_kind(SpanKind.TOOL)
+        name, role = self.tools[0]
+        assert (tool.attributes[semconv.GEN_AI_TOOL_NAME], tool.attributes[semconv.ROLE]) == (name, role)
+        assert tool.attributes[semconv.TOOL_SUCCESS] is False
+        assert tool.status_code == "ERROR"
+        return tool
 
     async def run_rollouts(self, count: int, mode: RunMode, *, roles: Sequence[str] | None = None) -> Batch:
         """Run ``count`` rollouts at once through the runner, gateway and scripted upstream."""
