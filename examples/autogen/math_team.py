@@ -17,11 +17,11 @@ from __future__ import annotations
 import ast
 import operator
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from autogen_agentchat.agents import AssistantAgent
-from autogen_agentchat.base import TaskResult
+from autogen_agentchat.base import ChatAgent, TaskResult, Team
 from autogen_agentchat.conditions import MaxMessageTermination, TextMentionTermination
 from autogen_agentchat.messages import BaseAgentEvent, BaseChatMessage
 from autogen_agentchat.teams import RoundRobinGroupChat
@@ -85,29 +85,31 @@ def score(messages: Sequence[BaseAgentEvent | BaseChatMessage], expected: float)
     return 1.0 if found is not None and float(found.group(1)) == expected else 0.0
 
 
+async def solve(
+    build: Callable[[OpenAIChatCompletionClient], Team | ChatAgent], task: dict[str, Any], llm: Any
+) -> float:
+    """Run the team or lone agent that ``build`` makes on ``task["question"]``; score the solver's answer."""
+    client = model_client(llm)
+    try:
+        result: TaskResult = await build(client).run(task=task["question"])
+    finally:
+        await client.close()
+    return score(result.messages, task["answer"])
+
+
 relight.instrument("autogen")
 
 
 @relight.rollout
 async def solve_with_team(task: dict[str, Any], llm: Any) -> float:
     """One rollout of the team on ``task["question"]``, rewarded for a correct ``task["answer"]``."""
-    client = model_client(llm)
-    try:
-        result: TaskResult = await team(client).run(task=task["question"])
-    finally:
-        await client.close()
-    return score(result.messages, task["answer"])
+    return await solve(team, task, llm)
 
 
 @relight.rollout
 async def solve_alone(task: dict[str, Any], llm: Any) -> float:
     """One rollout of the solver on its own."""
-    client = model_client(llm)
-    try:
-        result: TaskResult = await solver(client).run(task=task["question"])
-    finally:
-        await client.close()
-    return score(result.messages, task["answer"])
+    return await solve(solver, task, llm)
 
 
 # -- dev mode -------------------------------------------------------------------------------------
