@@ -1,8 +1,8 @@
 """The calculator task (Calc-X in miniature): questions, the tool, the reward and demonstrations.
 
-A question asks for ``a op b`` with two-digit numbers. A model can call the calculator and copy its
-result, or answer from memory; the tiny model's memory is poor at arithmetic, so the tool is the
-way to the reward, and RL has to discover that from a warm start that mostly skips it.
+A question asks for the product of two two-digit numbers. A model can call the calculator and
+copy its result, or answer from memory; the tiny model's memory is poor at multiplication, so the
+tool is the way to the reward, and RL has to discover that from a warm start that mostly skips it.
 """
 
 from __future__ import annotations
@@ -11,11 +11,12 @@ import json
 import random
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 __all__ = [
     "TOOLS",
     "Problem",
+    "Split",
     "answer_reward",
     "calculate",
     "demonstration",
@@ -36,6 +37,7 @@ TOOLS: list[dict[str, Any]] = [
         },
     }
 ]
+Split = Literal["train", "eval"]
 _OPERATIONS = {"+": int.__add__, "-": int.__sub__, "*": int.__mul__}
 _EXPRESSION = re.compile(r"\s*(-?\d+)\s*([+*-])\s*(-?\d+)\s*")
 _NUMBER = re.compile(r"-?\d+")
@@ -65,10 +67,27 @@ class Problem:
         return {"question": self.question, "answer": self.answer}
 
 
-def problems(count: int, *, seed: int) -> list[Problem]:
-    """``count`` random problems with operands from 10 to 99, reproducible from ``seed``."""
+def problems(count: int, *, seed: int, split: Split = "train") -> list[Problem]:
+    """``count`` random products of two numbers from 32 to 99 (so four-digit results), reproducible from ``seed``.
+
+    Products because a model this small cannot learn to multiply from examples (it does learn to
+    add: digit-aligned sums are easy), so answering from memory stays poor and the calculator is
+    the way to the reward. Four-digit results because such a model copies numbers by their
+    distance from where they appear: one length means one distance to learn. A tenth of the
+    products are kept for evaluation (``split="eval"``) and never drawn for training, so the
+    evaluation measures the skill, not memory.
+    """
     rng = random.Random(seed)
-    return [Problem(rng.randint(10, 99), rng.choice(list(_OPERATIONS)), rng.randint(10, 99)) for _ in range(count)]
+    drawn: list[Problem] = []
+    while len(drawn) < count:
+        problem = Problem(rng.randint(32, 99), "*", rng.randint(32, 99))
+        if _split_of(problem) == split:
+            drawn.append(problem)
+    return drawn
+
+
+def _split_of(problem: Problem) -> Split:
+    return "eval" if (problem.a * 7 + problem.b * 13) % 10 == 0 else "train"
 
 
 def calculate(expression: str) -> str:

@@ -51,10 +51,10 @@ class Recipe:
     demonstrations: int = 3000
     tool_fraction: float = 0.2
     """Share of demonstrations that use the calculator; the rest answer from memory."""
-    sft_steps: int = 400
+    sft_steps: int = 300
     sft_batch_size: int = 32
     sft_lr: float = 3e-3
-    iterations: int = 40
+    iterations: int = 30
     tasks_per_iteration: int = 16
     samples_per_task: int = 8
     lr: float = 5e-4
@@ -121,7 +121,7 @@ async def _reinforce(algorithm: GRPO, recipe: Recipe, store_path: Path) -> tuple
     )
     count = recipe.iterations * recipe.tasks_per_iteration
     train = [{**p.as_task(), "temperature": 1.0} for p in problems(count, seed=recipe.seed + 1)]
-    val = [{**p.as_task(), "temperature": 0.0} for p in problems(recipe.eval_tasks, seed=10_000)]
+    val = [{**p.as_task(), "temperature": 0.0} for p in problems(recipe.eval_tasks, seed=10_000, split="eval")]
     try:
         await trainer.afit(calculator_agent, train, val)
         return await _evaluations(store)
