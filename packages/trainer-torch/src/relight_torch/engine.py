@@ -116,7 +116,6 @@ class TorchEngine:
     ) -> TorchEngine:
         """Load a model and tokenizer that transformers can load from a local directory."""
         tokenizer = AutoTokenizer.from_pretrained(path)
-        tokenizer.padding_side = "left"
         model = AutoModelForCausalLM.from_pretrained(path).to(device)
         return cls(model, tokenizer, name=name or Path(path).name, **kwargs)
 
@@ -129,8 +128,7 @@ class TorchEngine:
         prompt_ids = self.prompt_ids(request)
         future = self.submit(prompt_ids, request.sampling)
         sampled = await asyncio.wrap_future(future)
-        text = self.tokenizer.decode(sampled.response_ids, skip_special_tokens=True)
-        text = _cut_at_stop(text, request.sampling.stop)
+        text = _cut_at_stop(self._decode(sampled.response_ids), request.sampling.stop)
         tool_calls = None
         if request.tools:
             text, calls = parse_tool_calls(text)
@@ -313,8 +311,11 @@ class TorchEngine:
         return row.finish is None
 
     def _has_stop(self, row: _Row) -> bool:
-        text = self.tokenizer.decode(row.response_ids, skip_special_tokens=True)
+        text = self._decode(row.response_ids)
         return any(stop and stop in text for stop in row.sampling.stop)
+
+    def _decode(self, ids: list[int]) -> str:
+        return str(self.tokenizer.decode(ids, skip_special_tokens=True))
 
 
 def _nucleus(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
