@@ -7,10 +7,13 @@ on from, served all along by the same engine.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import JsonValue
 
@@ -20,6 +23,8 @@ from relight_torch.engine import TorchEngine
 from relight_torch.learner import Learner
 
 __all__ = ["PolicyAlgorithm"]
+
+T = TypeVar("T")
 
 
 class PolicyAlgorithm:
@@ -35,6 +40,15 @@ class PolicyAlgorithm:
         self.engine = engine
         self.learner = Learner(engine.model, pad_id=engine.pad_id, **learner_options)
         self.rng = random.Random(seed)
+        self._learner_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="relight-torch-learner")
+
+    async def off_the_loop(self, work: Callable[..., T], *args: Any) -> T:
+        """Run training work on the algorithm's own thread, so the event loop (gateway, store) stays live.
+
+        Always the same thread: the C allocator keeps an arena per thread, and spreading updates
+        over a pool's threads grew the process by hundreds of MB per thread.
+        """
+        return await asyncio.get_running_loop().run_in_executor(self._learner_thread, functools.partial(work, *args))
 
     @property
     def model(self) -> str:

@@ -10,7 +10,6 @@ returns, under a policy version one higher.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import statistics
 from collections.abc import Callable, Mapping, Sequence
@@ -60,7 +59,7 @@ class GRPO(PolicyAlgorithm):
         scale_by_std: bool = True,
         mini_batches: int = 1,
         epochs: int = 1,
-        token_budget: int = 16384,
+        token_budget: int = 4096,
         max_grad_norm: float = 1.0,
         seed: int = 0,
         callbacks: Sequence[UpdateCallback] = (),
@@ -83,7 +82,7 @@ class GRPO(PolicyAlgorithm):
 
     async def update(self, transitions: Sequence[Transition]) -> Mapping[str, float]:
         """One update on a batch; runs on a worker thread so the event loop (gateway, store) stays live."""
-        metrics = await asyncio.to_thread(self.learn, transitions)
+        metrics = await self.off_the_loop(self.learn, transitions)
         for callback in self.callbacks:
             callback(transitions, metrics)
         return metrics

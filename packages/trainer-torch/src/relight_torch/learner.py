@@ -54,7 +54,7 @@ class Learner:
         lr: float = 3e-4,
         weight_decay: float = 0.0,
         betas: tuple[float, float] = (0.9, 0.99),
-        token_budget: int = 16384,
+        token_budget: int = 4096,
         max_grad_norm: float = 1.0,
     ) -> None:
         self.model = model

@@ -10,7 +10,6 @@ transitions (those with ``reward >= min_reward``: rejection-sampling fine-tuning
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -131,7 +130,7 @@ class SFT(PolicyAlgorithm):
         samples = transition_samples(transitions, min_reward=self.min_reward)
         if not samples:
             return {"sft_samples": 0.0}
-        metrics = await asyncio.to_thread(self._step, samples)
+        metrics = await self.off_the_loop(self._step, samples)
         return {**metrics, "sft_samples": float(len(samples))}
 
     def _step(self, samples: Sequence[Sample]) -> dict[str, float]:

@@ -54,7 +54,7 @@ class Recipe:
     sft_steps: int = 300
     sft_batch_size: int = 32
     sft_lr: float = 3e-3
-    iterations: int = 30
+    iterations: int = 20
     tasks_per_iteration: int = 16
     samples_per_task: int = 8
     lr: float = 5e-4
