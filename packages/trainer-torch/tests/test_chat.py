@@ -46,8 +46,3 @@ def test_a_template_that_rewrites_history_is_refused() -> None:
     messages = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
     with pytest.raises(ValueError, match=r"messages\[1\]"):
         assistant_turns(tokenizer, messages)
-
-
-def test_the_tokenizer_is_the_same_every_time() -> None:
-    assert tiny_tokenizer().get_vocab() == tiny_tokenizer().get_vocab()
-    assert len(tiny_tokenizer()) == 400

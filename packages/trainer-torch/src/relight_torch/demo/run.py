@@ -64,6 +64,8 @@ class Recipe:
 
 @dataclass(frozen=True, slots=True)
 class Evaluation:
+    """One round of greedy validation rollouts."""
+
     reward: float
     tool_rate: float
     episodes: int
