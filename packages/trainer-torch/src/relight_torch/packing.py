@@ -92,7 +92,8 @@ def micro_batches(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
     """Indices grouped so that each group's size (rows × longest row) stays within ``token_budget``.
 
     Rows are taken longest first so that similar lengths share a group and little is padding; a row
-    longer than the budget gets a group of its own.
+    longer than the budget gets a group of its own. (:func:`pack` pads prompts and responses
+    separately, so a packed group can be a little wider than its longest row.)
     """
     if token_budget < 1:
         raise ValueError(f"token_budget must be at least 1, got {token_budget}")
