@@ -3,6 +3,7 @@ from collections.abc import Iterator
 import pytest
 
 from relight_torch.engine import TorchEngine
+from relight_torch.testing import smollm2_path  # noqa: F401  # the real model, for the tests that ask for it
 from relight_torch.tiny import tiny_engine
 
 

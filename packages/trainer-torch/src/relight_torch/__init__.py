@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from relight_torch.advantages import grpo_advantages, reinforce_pp_advantages
     from relight_torch.engine import TorchEngine
     from relight_torch.grpo import GRPO
+    from relight_torch.models import smollm2
     from relight_torch.sft import SFT, conversation_samples, read_conversations, transition_samples
     from relight_torch.tiny import tiny_engine, tiny_model, tiny_tokenizer
 
@@ -33,6 +34,7 @@ _HOMES = {
     "TorchEngine": "engine",
     "GRPO": "grpo",
     "SFT": "sft",
+    "smollm2": "models",
     "conversation_samples": "sft",
     "read_conversations": "sft",
     "transition_samples": "sft",
@@ -49,6 +51,7 @@ __all__ = [
     "grpo_advantages",
     "read_conversations",
     "reinforce_pp_advantages",
+    "smollm2",
     "tiny_engine",
     "tiny_model",
     "tiny_tokenizer",
