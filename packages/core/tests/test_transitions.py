@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from relight import semconv
+from relight.errors import ConfigError
 from relight.models import AttemptStatus, Rollout, RolloutRequest, RolloutStatus, Span, SpanKind
 from relight.stores.memory import InMemoryStore
 from relight.transitions import TransitionBuilder, read_jsonl, write_jsonl
@@ -117,13 +118,22 @@ def test_role_filters_keep_the_trained_roles_with_their_episode_steps() -> None:
     assert kept(roles="team/writer") == [(0, "team/writer"), (2, "team/writer")]
     assert kept(roles=".*/(writer|critic)") == [(0, "team/writer"), (1, "team/critic"), (2, "team/writer")]
     assert kept(roles=["team/critic"]) == [(1, "team/critic")]
-    assert kept(roles=re.compile("writer")) == []  # a pattern must match the whole role path
+    # a regular expression is searched in the role path, as Agent Lightning's agent_match
+    assert kept(roles=re.compile("writer")) == [(0, "team/writer"), (2, "team/writer")]
+    assert kept(roles="write|crit") == [(0, "team/writer"), (1, "team/critic"), (2, "team/writer")]
+    assert kept(roles="^writer$") == []  # anchored: the whole path
+    assert kept(roles=["writer"]) == []  # a list names exact role paths
     assert kept() == [(0, "team/writer"), (1, "team/critic"), (2, "team/writer"), (3, None)]
     # credit is computed over the whole episode, then filtered: call 2 of 4 discounted by 0.5 ** 1
     (_first, second) = TransitionBuilder(roles="team/writer", credit="discounted", gamma=0.5).from_spans(
         ROLLOUT, ATTEMPT, spans
     )
     assert second.reward == pytest.approx(2.0 * 0.5)
+
+
+def test_a_role_filter_that_is_no_regular_expression_is_refused_naming_it() -> None:
+    with pytest.raises(ConfigError, match=r"roles='write\(' is not a valid regular expression"):
+        TransitionBuilder(roles="write(")
 
 
 def test_groups_by_task_or_by_task_and_role() -> None:

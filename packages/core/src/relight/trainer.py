@@ -8,6 +8,10 @@ OpenAI-compatible endpoint: it runs each task once and prints a table of rewards
 into transitions (:class:`relight.transitions.TransitionBuilder`) and hands those to
 ``algorithm.update`` while the gateway is paused, then publishes the new policy version.
 Validation runs before training, every ``val_every`` steps and at the end.
+
+Every ``fit`` writes a run folder (``run_dir``, ``runs/<date>-<time>`` by default; see
+:mod:`relight.runfolder`): metrics, summary, reward curve, checkpoints and, by default, the store.
+Progress shows as a live bar on a terminal and as plain lines in a log (:mod:`relight.progress`).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import asyncio
 import os
 import statistics
 import time
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +28,6 @@ from typing import Any, TypedDict
 
 from pydantic import JsonValue
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from relight._server import AsgiServer
@@ -32,9 +35,13 @@ from relight.agent import Agent
 from relight.algorithm import Algorithm, UpstreamTarget
 from relight.errors import ConfigError
 from relight.gateway import Gateway, OpenAIUpstream, Retokenizer, Upstream
-from relight.models import Mode, Resources, Rollout, RolloutRequest, RolloutStatus, SpanKind
+from relight.models import Mode, Resources, Rollout, RolloutRequest, RolloutStatus, SpanKind, Transition
 from relight.plugins import open_store
+from relight.progress import RunProgress
+from relight.rolecheck import RoleCheck
+from relight.runfolder import RunFolder, default_run_dir
 from relight.runner import Runner, RunnerProcesses
+from relight.signal import flat_groups, sample_until_signal
 from relight.store import Store
 from relight.transitions import TransitionBuilder, episode_return, last_attempt_spans
 
@@ -73,7 +80,9 @@ class Trainer:
 
     Args:
         algorithm: what serves and trains the policy; only :meth:`fit` needs one.
-        store: a store, or a URL for :func:`relight.open_store`; ``memory://`` by default.
+        store: a store, or a URL for :func:`relight.open_store` (``sqlite:////abs/path.db``: four slashes
+            for an absolute path). By default ``fit`` keeps one in its run folder (``store.db``) and
+            ``dev`` one in memory.
         n_runners: runner processes; 1 runs the agent in this process. With more, a store that
             lives in this process is served to them over HTTP on loopback.
         concurrency: rollouts running at once in each runner.
@@ -84,16 +93,21 @@ class Trainer:
         transitions: how rollouts become transitions (role filter, credit, groups).
         max_attempts: tries per rollout before it fails.
         timeout: seconds one attempt may run; None for no limit.
-        checkpoint_dir: where ``algorithm.save`` writes after each step (``step-<n>``); None: never.
+        checkpoint_dir: where ``algorithm.save`` writes after each step (``step-<n>``, every one kept);
+            by default the run folder's ``checkpoints/``, which keeps the last two.
         gateway: how the gateway listens and retokenizes.
         console: where tables and progress go.
+        run_dir: the run folder of ``fit`` (see :mod:`relight.runfolder`); ``runs/<date>-<time>`` by default.
+        progress_every: seconds between progress lines when the console is not a terminal.
+        dynamic_sampling: at most this many extra rounds per step that sample again the tasks whose
+            group has no learning signal (all rewards equal), as DAPO does; 0 never does.
     """
 
     def __init__(
         self,
         algorithm: Algorithm | None = None,
         *,
-        store: Store | str = "memory://",
+        store: Store | str | None = None,
         n_runners: int = 1,
         concurrency: int = 16,
         batch_size: int = 8,
@@ -106,6 +120,9 @@ class Trainer:
         checkpoint_dir: str | Path | None = None,
         gateway: GatewayOptions | None = None,
         console: Console | None = None,
+        run_dir: str | Path | None = None,
+        progress_every: float = 30.0,
+        dynamic_sampling: int = 0,
     ) -> None:
         for name, value in (("n_runners", n_runners), ("batch_size", batch_size), ("n_samples", n_samples)):
             if value < 1:
@@ -124,6 +141,10 @@ class Trainer:
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
         self.gateway_options: GatewayOptions = gateway or {}
         self.console = console or Console()
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.progress = RunProgress(self.console, every=progress_every)
+        self.dynamic_sampling = dynamic_sampling
+        self._role_check: RoleCheck | None = None
 
     # -- fit --------------------------------------------------------------------------------------
 
@@ -143,29 +164,46 @@ class Trainer:
         if not train_dataset:
             raise ConfigError("train_dataset is empty; fit() needs at least one task")
         history: list[dict[str, float]] = []
-        # On a worker thread, like save(): relight-verl starts its whole cluster in upstreams().
-        upstreams = await asyncio.to_thread(algorithm.upstreams)
-        async with self._loop(agent, upstreams, algorithm.model) as loop:
-            resources = await self._publish(loop, algorithm)
-            if val_dataset and self.val_every is not None:
-                history.append(await self._validate(loop, val_dataset, resources, step=0))
-            step = 0
-            for epoch in range(self.epochs):
-                for start in range(0, len(train_dataset), self.batch_size):
-                    step += 1
-                    batch = train_dataset[start : start + self.batch_size]
-                    metrics = await self._train_step(loop, algorithm, batch, resources, step)
-                    metrics["epoch"] = epoch
-                    resources = await self._publish(loop, algorithm)
-                    if self.checkpoint_dir is not None:
-                        await asyncio.to_thread(algorithm.save, self.checkpoint_dir / f"step-{step}")
-                    if val_dataset and self.val_every and step % self.val_every == 0:
-                        metrics |= await self._validate(loop, val_dataset, resources, step)
-                    history.append(metrics)
-                    self._report(metrics)
-            if val_dataset and not (self.val_every and step % self.val_every == 0):
-                history.append(await self._validate(loop, val_dataset, resources, step))
-                self._report(history[-1])
+        run = RunFolder(self.run_dir or default_run_dir())
+        store_url = self.store if self.store is not None else run.store_url
+        checkpoints = self.checkpoint_dir or run.checkpoints
+        self._role_check = RoleCheck(self.transitions.roles)
+        self.progress.note(f"relight: run folder {run.path}  (store {_named(store_url)})")
+        ended = "failed"
+        try:
+            # On a worker thread, like save(): relight-verl starts its whole cluster in upstreams().
+            upstreams = await asyncio.to_thread(algorithm.upstreams)
+            async with self._loop(agent, upstreams, algorithm.model, store_url) as loop:
+                resources = await self._publish(loop, algorithm)
+                if val_dataset and self.val_every is not None:
+                    history.append(await self._validate(loop, val_dataset, resources, step=0))
+                    run.record("val", history[-1])
+                step = 0
+                for epoch in range(self.epochs):
+                    for start in range(0, len(train_dataset), self.batch_size):
+                        step += 1
+                        batch = train_dataset[start : start + self.batch_size]
+                        metrics = await self._train_step(loop, algorithm, batch, resources, step)
+                        metrics["epoch"] = epoch
+                        resources = await self._publish(loop, algorithm)
+                        await asyncio.to_thread(algorithm.save, checkpoints / f"step-{step}")
+                        if self.checkpoint_dir is None:
+                            run.prune_checkpoints()
+                        run.record("train", metrics)
+                        if val_dataset and self.val_every and step % self.val_every == 0:
+                            validation = await self._validate(loop, val_dataset, resources, step)
+                            run.record("val", validation)
+                            metrics |= validation
+                        history.append(metrics)
+                        self.progress.step(metrics)
+                if val_dataset and not (self.val_every and step % self.val_every == 0):
+                    history.append(await self._validate(loop, val_dataset, resources, step))
+                    run.record("val", history[-1])
+                    self.progress.step(history[-1])
+            ended = "finished"
+        finally:
+            run.write_summary({"status": ended, "policy_version": algorithm.policy_version, "store": _named(store_url)})
+            self.progress.note(f"relight: run {ended}; metrics, summary and reward curve in {run.path}")
         return history
 
     async def _train_step(
@@ -183,9 +221,21 @@ class Trainer:
             for _ in range(self.n_samples)
         ]
         began = time.perf_counter()
-        rollouts = await self._run_batch(loop, requests, f"step {step}")
-        await loop.gateway.flush()
-        transitions = await self.transitions.from_store(loop.store, rollouts)
+
+        async def run(requests: Sequence[RolloutRequest]) -> list[Rollout]:
+            return await self._run_batch(loop, requests, f"step {step}", check_roles=True)
+
+        async def build(rollouts: Sequence[Rollout]) -> list[Transition]:
+            await loop.gateway.flush()
+            return await self.transitions.from_store(loop.store, rollouts)
+
+        rollouts, transitions, rounds = await sample_until_signal(requests, run, build, rounds=self.dynamic_sampling)
+        groups, flat = len({t.group_id for t in transitions}), len(flat_groups(transitions))
+        if groups and flat == groups:
+            self.progress.warn(
+                f"step {step}: all {groups} group(s) have equal rewards, so there is no learning signal this "
+                "step (GRPO skips such groups); Trainer(dynamic_sampling=N) samples flat tasks again"
+            )
         rolled = time.perf_counter()
         async with loop.gateway.paused():
             metrics = {key: float(value) for key, value in (await algorithm.update(transitions)).items()}
@@ -198,6 +248,9 @@ class Trainer:
             "rollouts": len(rollouts),
             "rollouts_failed": sum(r.status is not RolloutStatus.SUCCEEDED for r in rollouts),
             "transitions": len(transitions),
+            "groups": groups,
+            "groups_no_signal": flat,
+            "sampling_rounds": rounds,
             "reward_mean": statistics.fmean(returns) if returns else 0.0,
             "time_rollouts_s": rolled - began,
             "time_update_s": updated - rolled,
@@ -235,10 +288,6 @@ class Trainer:
             if rollout.status is RolloutStatus.SUCCEEDED:
                 returns.append(episode_return(await last_attempt_spans(store, rollout.rollout_id)) or 0.0)
         return returns
-
-    def _report(self, metrics: Mapping[str, float]) -> None:
-        shown = "  ".join(f"{key}={value:.4g}" for key, value in metrics.items())
-        self.console.print(f"[bold]step {int(metrics['step'])}[/]  {shown}", highlight=False)
 
     # -- dev --------------------------------------------------------------------------------------
 
@@ -284,7 +333,7 @@ class Trainer:
         model = model or (self.algorithm.model if self.algorithm is not None else None)
         if not model:
             raise ConfigError("dev() needs model=<the model name to call>")
-        async with self._loop(agent, upstreams, model) as loop:
+        async with self._loop(agent, upstreams, model, self.store or "memory://") as loop:
             requests = [RolloutRequest(input=task, mode=Mode.VAL, max_attempts=self.max_attempts) for task in dataset]
             rollouts = await self._run_batch(loop, requests, "dev")
             await loop.gateway.flush()
@@ -296,10 +345,10 @@ class Trainer:
 
     @asynccontextmanager
     async def _loop(
-        self, agent: Agent, upstreams: Sequence[UpstreamTarget | Upstream], model: str
+        self, agent: Agent, upstreams: Sequence[UpstreamTarget | Upstream], model: str, store_url: Store | str
     ) -> AsyncGenerator[_Loop]:
         """A store, a gateway in front of ``upstreams`` and runners working on them, for the block's duration."""
-        store = open_store(self.store) if isinstance(self.store, str) else self.store
+        store = open_store(store_url) if isinstance(store_url, str) else store_url
         try:
             async with Gateway(
                 store,
@@ -322,22 +371,22 @@ class Trainer:
                         runner.stop()
                         await running
                 else:
-                    async with self._shared(store) as store_url:
-                        processes = RunnerProcesses(self.n_runners, agent, store_url, **options)
+                    async with self._shared(store, store_url) as shared_url:
+                        processes = RunnerProcesses(self.n_runners, agent, shared_url, **options)
                         processes.start()
                         try:
                             yield _Loop(store, gateway)
                         finally:
                             await asyncio.to_thread(processes.stop)
         finally:
-            if isinstance(self.store, str):
+            if isinstance(store_url, str):
                 await store.close()
 
     @asynccontextmanager
-    async def _shared(self, store: Store) -> AsyncGenerator[str]:
+    async def _shared(self, store: Store, url: Store | str) -> AsyncGenerator[str]:
         """A URL runner processes can open ``store`` by: its own when it is an HTTP store, else served here."""
-        if isinstance(self.store, str) and self.store.startswith(("http://", "https://")):
-            yield self.store
+        if isinstance(url, str) and url.startswith(("http://", "https://")):
+            yield url
             return
         from relight.stores.http.server import create_app
 
@@ -346,18 +395,25 @@ class Trainer:
         async with AsgiServer(create_app(store, max_poll_seconds=1.0)) as server:
             yield server.url
 
-    async def _run_batch(self, loop: _Loop, requests: Sequence[RolloutRequest], label: str) -> list[Rollout]:
-        """Enqueue rollouts and wait for all of them, showing progress."""
+    async def _run_batch(
+        self, loop: _Loop, requests: Sequence[RolloutRequest], label: str, *, check_roles: bool = False
+    ) -> list[Rollout]:
+        """Enqueue rollouts and wait for all of them, showing progress (and checking the role filter early)."""
         rollouts = await loop.store.enqueue(requests)
         ids = [rollout.rollout_id for rollout in rollouts]
-        columns = (TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-        with Progress(*columns, console=self.console, transient=True) as progress:
-            bar = progress.add_task(label, total=len(ids))
+        with self.progress.batch(label, len(ids), calls=lambda: loop.gateway.stats.calls) as progress:
             while True:
                 rollouts = await loop.store.wait(ids, timeout=0.5)
-                progress.update(bar, completed=sum(rollout.is_finished for rollout in rollouts))
+                progress.update(rollouts)
+                if check_roles and self._role_check is not None and not self._role_check.decided:
+                    await loop.gateway.flush()
+                    await self._role_check.check(loop.store, rollouts)
                 if all(rollout.is_finished for rollout in rollouts):
                     return rollouts
+
+
+def _named(store: Store | str) -> str:
+    return store if isinstance(store, str) else type(store).__name__
 
 
 async def _dev_result(store: Store, rollout: Rollout) -> DevResult:

@@ -24,16 +24,32 @@ from pydantic import JsonValue
 
 from relight import semconv
 from relight.credit import Call, CreditAssigner, Episode, Event, credit_assigner
+from relight.errors import ConfigError
 from relight.models import AttemptStatus, Rollout, RolloutStatus, Span, SpanKind, Transition
 from relight.store import Store
 
-__all__ = ["RoleFilter", "TransitionBuilder", "episode_return", "last_attempt_spans", "read_jsonl", "write_jsonl"]
+__all__ = [
+    "RoleFilter",
+    "TransitionBuilder",
+    "episode_return",
+    "last_attempt_spans",
+    "read_jsonl",
+    "role_matches",
+    "write_jsonl",
+]
 
 logger = logging.getLogger(__name__)
 
 RoleFilter = str | Sequence[str] | re.Pattern[str] | None
-"""Which roles to train: a regular expression matched against the whole role path (``"writer|editor"``),
-a list of exact role paths, or None for every call (also those no adapter named)."""
+"""Which roles to train, as Agent Lightning's ``agent_match``:
+
+- a string or compiled pattern is a regular expression *searched* in the role path, so
+  ``"write|rewrite"`` keeps ``write_query``, ``rewrite_query`` and ``team/writer``; anchor it
+  (``"^writer$"``) to match a whole path;
+- a list (or tuple, set) names exact role paths: ``["team/writer"]`` keeps that role alone;
+- None keeps every call, also those no adapter named.
+
+Calls without a role (no adapter recorded a role span) are kept only by None."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +80,11 @@ class TransitionBuilder:
         failed_reward: float = 0.0,
         **credit_options: float | str,
     ) -> None:
+        if isinstance(roles, str):
+            try:
+                re.compile(roles)
+            except re.error as error:
+                raise ConfigError(f"roles={roles!r} is not a valid regular expression: {error}") from None
         self.roles = roles
         self.assign: CreditAssigner = credit_assigner(credit, **credit_options)
         self.group_by_role = group_by_role
@@ -114,7 +135,7 @@ class TransitionBuilder:
         credit = self.assign(Episode(calls, sorted(rewards, key=lambda e: e.time), sorted(tools, key=lambda e: e.time)))
         transitions: list[Transition] = []
         for step, (item, reward) in enumerate(zip(joined, credit, strict=True)):
-            if not self._keeps(item.role):
+            if not role_matches(self.roles, item.role):
                 continue
             transition = self._transition(rollout, attempt_id, step, item, reward)
             if transition is None:
@@ -122,17 +143,6 @@ class TransitionBuilder:
             else:
                 transitions.append(transition)
         return transitions
-
-    def _keeps(self, role: str | None) -> bool:
-        if self.roles is None:
-            return True
-        if role is None:
-            return False
-        if isinstance(self.roles, str):
-            return re.fullmatch(self.roles, role) is not None
-        if isinstance(self.roles, re.Pattern):
-            return self.roles.fullmatch(role) is not None
-        return role in self.roles
 
     def _transition(
         self, rollout: Rollout, attempt_id: str, step: int, item: _Joined, reward: float
@@ -161,6 +171,19 @@ class TransitionBuilder:
             retokenized=attributes.get(semconv.RETOKENIZED) is True,
             metadata={"response_id": attributes.get(semconv.GEN_AI_RESPONSE_ID)},
         )
+
+
+def role_matches(roles: RoleFilter, role: str | None) -> bool:
+    """Whether the filter ``roles`` keeps a call made by ``role`` (see :data:`RoleFilter`)."""
+    if roles is None:
+        return True
+    if role is None:
+        return False
+    if isinstance(roles, str):
+        return re.search(roles, role) is not None
+    if isinstance(roles, re.Pattern):
+        return roles.search(role) is not None
+    return role in roles
 
 
 def _join(llm_spans: Sequence[Span], role_spans: Sequence[Span]) -> list[_Joined]:

@@ -1,0 +1,116 @@
+"""A run folder: everything one :meth:`relight.Trainer.fit` leaves behind, written as it goes.
+
+::
+
+    runs/20260124-013000/
+        metrics.jsonl      one JSON object per training step ("kind": "train") and validation ("kind": "val")
+        summary.json       how the run ended: steps, policy version, rewards, time, where the rest is
+        reward_curve.png   training and validation reward per step, redrawn after each line
+        checkpoints/       step-<n>/ as the algorithm saves them (the last two are kept)
+        store.db           the run's store, when it is the default SQLite file
+
+Everything is flushed as soon as it is known, so ``tail -f metrics.jsonl`` or opening the PNG follows
+a run live, and a run that stopped early still explains itself.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shutil
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Literal
+
+from pydantic import JsonValue
+
+from relight.runplot import plot_rewards
+
+__all__ = ["RunFolder", "default_run_dir"]
+
+logger = logging.getLogger(__name__)
+
+RowKind = Literal["train", "val"]
+
+
+def default_run_dir(root: str | Path = "runs") -> Path:
+    """``runs/<date>-<time>``, with a suffix when a run started in the same second already took it."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path, suffix = Path(root) / stamp, 1
+    while path.exists():
+        suffix += 1
+        path = Path(root) / f"{stamp}-{suffix}"
+    return path
+
+
+class RunFolder:
+    """Writes a run's metrics, summary, reward curve and checkpoints under ``path`` (created if missing)."""
+
+    def __init__(self, path: str | Path, *, keep_checkpoints: int = 2) -> None:
+        self.path = Path(path).resolve()
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.keep_checkpoints = keep_checkpoints
+        self.rows: list[dict[str, float | str]] = []
+        self._began = time.time()
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.path / "metrics.jsonl"
+
+    @property
+    def summary_path(self) -> Path:
+        return self.path / "summary.json"
+
+    @property
+    def plot_path(self) -> Path:
+        return self.path / "reward_curve.png"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / "checkpoints"
+
+    @property
+    def store_url(self) -> str:
+        """The URL of the run's own SQLite store (absolute: ``sqlite:////…/store.db``)."""
+        return f"sqlite:///{self.path / 'store.db'}"
+
+    def record(self, kind: RowKind, metrics: Mapping[str, float]) -> None:
+        """Append one line to metrics.jsonl and redraw the reward curve."""
+        row: dict[str, float | str] = {"kind": kind, "time": round(time.time(), 3), **metrics}
+        self.rows.append(row)
+        with self.metrics_path.open("a", encoding="utf-8") as file:
+            file.write(json.dumps(row) + "\n")
+        try:
+            plot_rewards(self.rows, self.plot_path, title=self.path.name)
+        except ImportError:
+            if len(self.rows) == 1:
+                logger.warning("relight: no reward_curve.png in %s: install matplotlib to get one", self.path)
+
+    def write_summary(self, summary: Mapping[str, JsonValue]) -> None:
+        """Write summary.json: ``summary`` over what the folder itself knows (files, time, last rewards)."""
+        train = [row for row in self.rows if row["kind"] == "train"]
+        val = [row for row in self.rows if row["kind"] == "val"]
+        known: dict[str, JsonValue] = {
+            "run_dir": str(self.path),
+            "steps": len(train),
+            "wall_seconds": round(time.time() - self._began, 1),
+        }
+        if train:
+            known["final_reward_mean"] = train[-1].get("reward_mean")
+        if val:
+            known["initial_val_reward_mean"] = val[0].get("val_reward_mean")
+            known["final_val_reward_mean"] = val[-1].get("val_reward_mean")
+        text = json.dumps({**known, **summary}, indent=2)
+        self.summary_path.write_text(text + "\n", encoding="utf-8")
+
+    def prune_checkpoints(self) -> None:
+        """Keep the newest ``keep_checkpoints`` of ``checkpoints/step-<n>``: a real model's are hundreds of MB each."""
+        steps = sorted(
+            (int(match.group(1)), path)
+            for path in (self.checkpoints.iterdir() if self.checkpoints.is_dir() else ())
+            if (match := re.fullmatch(r"step-(\d+)", path.name))
+        )
+        for _, path in steps[: max(len(steps) - self.keep_checkpoints, 0)]:
+            shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,43 @@
+"""The reward curve of a run folder: training reward per step, validation reward where it was measured.
+
+matplotlib is optional for the core (relight-torch brings it): without it :func:`plot_rewards`
+raises ImportError and the run folder goes on without a PNG.
+"""
+
+# matplotlib's stubs leave **kwargs untyped; nothing here passes any.
+# pyright: reportUnknownMemberType=false
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+__all__ = ["plot_rewards"]
+
+
+def plot_rewards(rows: Sequence[Mapping[str, float | str]], path: Path, *, title: str = "") -> Path:
+    """Draw the ``reward_mean`` of train rows and the ``val_reward_mean`` of val rows against ``step`` into ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    train = [(row["step"], row["reward_mean"]) for row in rows if row["kind"] == "train" and "reward_mean" in row]
+    val = [(row["step"], row["val_reward_mean"]) for row in rows if row["kind"] == "val"]
+    figure, axes = plt.subplots(figsize=(7, 4), dpi=110)
+    if train:
+        axes.plot([s for s, _ in train], [r for _, r in train], marker=".", label="training reward (mean of rollouts)")
+    if val:
+        axes.plot([s for s, _ in val], [r for _, r in val], marker="o", linestyle="--", label="validation reward")
+    axes.set_xlabel("step")
+    axes.set_ylabel("reward")
+    axes.set_title(f"relight run {title}".strip())
+    axes.grid(alpha=0.3)
+    if train or val:
+        axes.legend(loc="best")
+    figure.tight_layout()
+    partial = path.with_suffix(".png.partial")
+    figure.savefig(partial, format="png")  # then renamed: a viewer never opens a half-written file
+    plt.close(figure)
+    partial.replace(path)
+    return path
