@@ -44,7 +44,7 @@ from rich.table import Table
 
 from relight import semconv
 from relight.batcher import SpanBatcher
-from relight.models import RolloutRequest, Span
+from relight.models import AttemptStatus, RolloutRequest, Span
 from relight.store import Store
 from relight.stores.http import HttpStore
 from relight.stores.memory import InMemoryStore
@@ -174,6 +174,19 @@ async def latencies_ms(calls: list[Callable[[], Awaitable[object]]]) -> list[flo
     return times
 
 
+async def attempts_of(store: Store, task: str, count: int) -> list[tuple[str, str]]:
+    """``count`` attempts of one new rollout (the store takes spans only for attempts it has started)."""
+    (rollout,) = await store.enqueue([RolloutRequest(input=task, max_attempts=count)])
+    ids: list[tuple[str, str]] = []
+    for _ in range(count):
+        claimed = await store.claim("benchmark")
+        assert claimed is not None
+        ids.append((rollout.rollout_id, claimed[1].attempt_id))
+        if len(ids) < count:
+            await store.finish_attempt(rollout.rollout_id, claimed[1].attempt_id, AttemptStatus.FAILED)
+    return ids
+
+
 async def measure(
     backend: str, folder: Path, counts: dict[str, int], repetitions: int, queries: int, progress: Progress
 ) -> list[Result]:
@@ -181,21 +194,18 @@ async def measure(
     task = progress.add_task(backend, total=sum(counts.values()) * repetitions + queries)
     results: list[Result] = []
     async with open_backend(backend, folder) as store:
-        warm_up = await store.enqueue([RolloutRequest(input="warm-up")])
-        await store.add_spans(make_spans(warm_up[0].rollout_id, "warm-up"))
-        await store.query_spans(warm_up[0].rollout_id)
+        (warm_up,) = await attempts_of(store, "warm-up", 1)
+        await store.add_spans(make_spans(warm_up[0], warm_up[1]))
+        await store.query_spans(warm_up[0])
         measured: list[tuple[str, str]] = []
         for mode, count in counts.items():
             best = math.inf
-            for repetition in range(repetitions):
-                (rollout,) = await store.enqueue([RolloutRequest(input=mode)])
-                attempts = [
-                    make_spans(rollout.rollout_id, f"{mode}-{repetition}-{n}")
-                    for n in range(count // SPANS_PER_ATTEMPT)
-                ]
+            for _ in range(repetitions):
+                ids = await attempts_of(store, mode, count // SPANS_PER_ATTEMPT)
+                attempts = [make_spans(rollout_id, attempt_id) for rollout_id, attempt_id in ids]
                 best = min(best, await ingest(store, mode, attempts))
-                assert len(await store.query_spans(rollout.rollout_id)) == count, f"{backend} {mode} lost spans"
-                measured.extend((rollout.rollout_id, spans[0].attempt_id) for spans in attempts)
+                assert len(await store.query_spans(ids[0][0])) == count, f"{backend} {mode} lost spans"
+                measured.extend(ids)
                 progress.advance(task, count)
             rate = count / best
             baseline = AGENT_LIGHTNING[backend]

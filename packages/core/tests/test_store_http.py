@@ -74,6 +74,7 @@ def test_serving_beyond_loopback_needs_a_token() -> None:
 async def test_bodies_over_the_limit_are_refused_with_the_reason() -> None:
     store = InMemoryStore()
     (rollout,) = await store.enqueue([RolloutRequest(input="x", rollout_id="r")])
+    assert await store.claim("w") is not None  # spans need an attempt: r-a1
     with running_server(store, max_body_bytes=10_000) as url:
         async with httpx.AsyncClient(base_url=url) as raw:
             declared = await raw.post("/v1/spans", content=b"[" + b" " * 20_000 + b"]")
@@ -90,11 +91,11 @@ async def test_bodies_over_the_limit_are_refused_with_the_reason() -> None:
 
         client = HttpStore(url, max_request_bytes=10_000)
         try:
-            spans = [make_span("r", "a", f"s-{i}", attributes={"text": "x" * 400}) for i in range(100)]
+            spans = [make_span("r", "r-a1", f"s-{i}", attributes={"text": "x" * 400}) for i in range(100)]
             await client.add_spans(spans)
             assert [s.span_id for s in await client.query_spans("r")] == [s.span_id for s in spans]
             with pytest.raises(ConfigError, match="over the store server's limit"):
-                await client.add_spans([make_span("r", "a", "huge", attributes={"text": "x" * 20_000})])
+                await client.add_spans([make_span("r", "r-a1", "huge", attributes={"text": "x" * 20_000})])
         finally:
             await client.close()
     assert rollout.rollout_id == "r"

@@ -64,11 +64,14 @@ async def test_reads_go_on_while_a_write_waits_for_the_lock(tmp_path: Path) -> N
     path = tmp_path / "store.db"
     store = SqliteStore(path)
     try:
-        (rollout,) = await store.enqueue([RolloutRequest(input="x")])
-        await store.add_spans([make_span(rollout.rollout_id, "a1", "s-1")])
+        await store.enqueue([RolloutRequest(input="x")])
+        claimed = await store.claim("w")
+        assert claimed is not None
+        rollout, attempt = claimed
+        await store.add_spans([make_span(rollout.rollout_id, attempt.attempt_id, "s-1")])
         blocker = sqlite3.connect(path, isolation_level=None)
         blocker.execute("BEGIN IMMEDIATE")  # another process holding the write lock
-        write = asyncio.create_task(store.add_spans([make_span(rollout.rollout_id, "a1", "s-2")]))
+        write = asyncio.create_task(store.add_spans([make_span(rollout.rollout_id, attempt.attempt_id, "s-2")]))
         assert [s.span_id for s in await store.query_spans(rollout.rollout_id)] == ["s-1"]
         assert await store.get_rollout(rollout.rollout_id) == rollout
         assert not write.done()
@@ -85,8 +88,10 @@ async def test_concurrent_writes_share_commits_and_a_failing_one_is_undone_alone
     try:
         (rollout,) = await store.enqueue([RolloutRequest(input="x")])
         rid = rollout.rollout_id
-        writes = [store.add_spans([make_span(rid, "a1", f"s-{i}")]) for i in range(200)]
-        writes.insert(100, store.add_spans([make_span(rid, "a1", "s-bad"), make_span("ro-missing", "a1", "s-x")]))
+        assert await store.claim("w") is not None
+        aid = f"{rid}-a1"
+        writes = [store.add_spans([make_span(rid, aid, f"s-{i}")]) for i in range(200)]
+        writes.insert(100, store.add_spans([make_span(rid, aid, "s-bad"), make_span("ro-missing", "a1", "s-x")]))
         results = await asyncio.gather(*writes, return_exceptions=True)
         assert [type(r) for r in results if r is not None] == [NotFoundError]
         spans = await store.query_spans(rid)
@@ -116,10 +121,11 @@ from relight.stores.sqlite import SqliteStore
 async def main(path: str) -> None:
     store = SqliteStore(path)
     await store.enqueue([RolloutRequest(input="durable", rollout_id="ro-kill")])
+    await store.claim("w")
     batch = 0
     while True:
         await store.add_spans([
-            Span(rollout_id="ro-kill", attempt_id="a1", span_id=f"s-{batch}-{i}", trace_id="t", name="step",
+            Span(rollout_id="ro-kill", attempt_id="ro-kill-a1", span_id=f"s-{batch}-{i}", trace_id="t", name="step",
                  start_time=batch, end_time=batch, attributes={"payload": "x" * 2000, "batch": batch, "i": i})
             for i in range(50)
         ])

@@ -16,7 +16,14 @@ from typing import Any, Self
 
 import uvicorn
 
-__all__ = ["AsgiServer"]
+__all__ = ["CLIENT_KEEP_ALIVE_SECONDS", "SERVER_KEEP_ALIVE_SECONDS", "AsgiServer"]
+
+SERVER_KEEP_ALIVE_SECONDS = 75
+"""How long relight's servers keep an idle connection open (uvicorn's default is 5 s)."""
+CLIENT_KEEP_ALIVE_SECONDS = 15.0
+"""How long relight's clients keep an idle connection for reuse: well under the servers' figure, so the
+client always gives a connection up before the server closes it, even across a long event-loop stall
+(a request on a connection the server has just closed fails with 'Server disconnected')."""
 
 
 class AsgiServer:
@@ -44,6 +51,7 @@ class AsgiServer:
             log_level="warning",
             access_log=False,
             lifespan="off",
+            timeout_keep_alive=SERVER_KEEP_ALIVE_SECONDS,
             timeout_graceful_shutdown=5,
         )
         config.load()

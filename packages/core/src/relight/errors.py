@@ -31,6 +31,14 @@ class StoreError(RelightError):
     """A store backend failed (I/O, a server answered with an error, a closed store)."""
 
 
+class StoreUnavailableError(StoreError):
+    """The store could not be reached, or is restarting: the same call may well succeed a little later.
+
+    Clients retry these themselves (see :class:`relight._retry.RetryPolicy`); one that reaches the
+    caller means the store stayed away for the whole retry budget.
+    """
+
+
 class PluginError(RelightError):
     """A plugin is missing, registered twice, or failed to load."""
 

@@ -28,6 +28,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, ClassVar, ParamSpec, Protocol, Self, cast
 
+from relight.guard import hook_failed
 from relight.plugins import registry
 
 __all__ = ["Adapter", "Instrumentor", "guarded", "instrument", "uninstrument"]
@@ -104,9 +105,9 @@ class Instrumentor(ABC):
 
 
 def guarded(hook: Callable[P, Any]) -> Callable[P, None]:
-    """Wrap a framework callback so that its exceptions are logged and never reach the user's agent.
+    """Wrap a framework callback so that its exceptions are counted and logged once, never reaching the agent.
 
-    Recording is a side job: a bug in it must cost a role tag, not the rollout.
+    Recording is a side job: a bug in it must cost a role tag, not the rollout (see :mod:`relight.guard`).
     """
 
     @functools.wraps(hook)
@@ -114,7 +115,7 @@ def guarded(hook: Callable[P, Any]) -> Callable[P, None]:
         try:
             hook(*args, **kwargs)
         except Exception:
-            logger.exception("relight: %s failed; the agent goes on unaffected", hook.__qualname__)
+            hook_failed(hook.__qualname__)
 
     return wrapper
 

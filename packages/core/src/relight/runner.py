@@ -1,17 +1,23 @@
 """Runners: claim rollouts from the store and run the agent on them, many at once.
 
 A :class:`Runner` keeps up to ``concurrency`` attempts going: async agents as tasks on its loop,
-sync agents on threads of its own pool (each with a copy of the context, so spans and rewards made
-in the agent are tagged with its attempt). Each attempt's lease is kept alive by heartbeats; the
-agent's spans are flushed before the attempt is finished, so a finished attempt's record is whole.
-An agent that raises fails its attempt with the traceback, one that runs past ``timeout`` times
-out, and the store retries either up to the rollout's ``max_attempts``. A runner that dies (even
-by SIGKILL) loses nothing: its leases expire and another runner retries those rollouts.
+sync agents on threads of their own (each with a copy of the context, so spans and rewards made
+in the agent are tagged with its attempt; a hung one is abandoned, never holding a slot). Each
+attempt's lease is kept alive by heartbeats. Before an attempt is finished its spans (the agent's,
+and the gateway's, which the runner asks it to end the attempt) must be in the store: if some could
+not be written it fails instead of succeeding with a hole. An agent that raises fails its attempt
+with the traceback, one that runs past ``timeout`` times out, and the store retries either up to the
+rollout's ``max_attempts``. A runner that dies (even by SIGKILL) loses nothing: its leases expire
+and another runner retries those rollouts. A store that goes away (a restart, a network fault) only
+pauses the claim loop, which resumes when it is back. :meth:`Runner.stop` (SIGTERM in a runner
+process) waits ``stop_grace_seconds`` for the running attempts, then fails the rest so they are
+retried at once, and returns whatever their agents are doing.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import logging
@@ -22,22 +28,26 @@ import signal
 import socket
 import traceback
 from collections.abc import Awaitable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from multiprocessing.context import SpawnProcess
 from typing import Any, cast
 
+import httpx
+
 from relight import tracing
+from relight._retry import RetryPolicy, retry_async
+from relight._server import CLIENT_KEEP_ALIVE_SECONDS
+from relight._threads import AgentThreads
 from relight.agent import LLM, Agent
 from relight.batcher import SpanBatcher
 from relight.context import attempt_scope
-from relight.errors import ConfigError, LeaseLostError
+from relight.errors import ConfigError, LeaseLostError, StoreError
 from relight.gateway.sessions import api_key_for
 from relight.models import Attempt, AttemptStatus, Mode, Rollout, new_id
 from relight.plugins import open_store
 from relight.store import DEFAULT_LEASE_SECONDS, Store
 
-__all__ = ["Runner", "RunnerProcesses", "RunnerStats", "llm_for", "run_runner_process"]
+__all__ = ["Runner", "RunnerProcesses", "RunnerStats", "is_worker_of", "llm_for", "run_runner_process"]
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +62,10 @@ class RunnerStats:
     timed_out: int = 0
     lost: int = 0
     """Attempts whose lease was lost (expired or taken over) before they finished here."""
+    abandoned_threads: int = 0
+    """Threads of sync agents that timed out or were stopped and still run (a thread cannot be killed)."""
+    store_outages: int = 0
+    """Times the claim loop found the store unreachable and waited for it to come back."""
 
 
 def llm_for(gateway_url: str, rollout: Rollout, attempt: Attempt, model: str) -> LLM:
@@ -71,8 +85,10 @@ class Runner:
         gateway_url: the gateway's root URL (``http://127.0.0.1:<port>``).
         model: the model name agents are told to use.
         concurrency: attempts running at once.
-        lease_seconds: each attempt's lease; heartbeats renew it every third of that.
+        lease_seconds: each attempt's lease; heartbeats renew it every ``heartbeat_seconds``.
+        heartbeat_seconds: how often leases are renewed; a third of ``lease_seconds`` by default.
         timeout: seconds one attempt may run before it is failed as timed out; None for no limit.
+        stop_grace_seconds: how long :meth:`stop` lets running attempts finish before failing them.
         mode: claim only train or only val rollouts; None for both.
         worker_id: how attempts name this runner; host, pid and a random part by default.
     """
@@ -90,11 +106,23 @@ class Runner:
         mode: Mode | None = None,
         worker_id: str | None = None,
         claim_wait_seconds: float = 30.0,
+        heartbeat_seconds: float | None = None,
+        stop_grace_seconds: float = 20.0,
     ) -> None:
         if concurrency < 1:
             raise ConfigError(f"concurrency must be at least 1, got {concurrency}")
         if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
             raise ConfigError(f"timeout must be a positive number of seconds or None, got {timeout!r}")
+        heartbeat_seconds = lease_seconds / 3 if heartbeat_seconds is None else heartbeat_seconds
+        if not (math.isfinite(lease_seconds) and lease_seconds > 0):
+            raise ConfigError(f"lease_seconds must be a positive number of seconds, got {lease_seconds!r}")
+        if not (math.isfinite(heartbeat_seconds) and 0 < heartbeat_seconds < lease_seconds):
+            raise ConfigError(
+                f"heartbeat_seconds must be positive and below lease_seconds ({lease_seconds}), "
+                f"got {heartbeat_seconds!r}"
+            )
+        if not (math.isfinite(stop_grace_seconds) and stop_grace_seconds >= 0):
+            raise ConfigError(f"stop_grace_seconds must be a number of seconds >= 0, got {stop_grace_seconds!r}")
         self.agent = agent
         self.store = store
         self.gateway_url = gateway_url
@@ -105,45 +133,93 @@ class Runner:
         self.mode = mode
         self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{new_id('w')}"
         self.claim_wait_seconds = claim_wait_seconds
+        self.heartbeat_seconds = heartbeat_seconds
+        self.stop_grace_seconds = stop_grace_seconds
+        self.retry = RetryPolicy()
         self.stats = RunnerStats()
         self._stopping = False
+        self._stopped = asyncio.Event()
         self._claiming: asyncio.Task[tuple[Rollout, Attempt] | None] | None = None
         self._batcher: SpanBatcher | None = None
+        self._threads = AgentThreads()
+        self._agents: set[asyncio.Task[None]] = set()
+        self._gateway: httpx.AsyncClient | None = None
 
     async def run(self) -> RunnerStats:
-        """Claim and run attempts until :meth:`stop`; returns once the running ones have finished."""
+        """Claim and run attempts until :meth:`stop`; returns once the running ones have finished (or been failed)."""
         self._stopping = False
+        self._stopped = asyncio.Event()
         slots = asyncio.Semaphore(self.concurrency)
         running: set[asyncio.Task[None]] = set()
         self._batcher = SpanBatcher(self.store)
+        self._gateway = httpx.AsyncClient(limits=httpx.Limits(keepalive_expiry=CLIENT_KEEP_ALIVE_SECONDS), timeout=60)
         tracing.install(self._batcher)
-        executor = ThreadPoolExecutor(self.concurrency, thread_name_prefix="relight-agent")
         try:
+            outage = 0
             while not self._stopping:
                 await slots.acquire()
-                claimed = await self._claim()
+                try:
+                    claimed = await self._claim()
+                except StoreError as error:
+                    slots.release()
+                    outage = await self._wait_out(error, outage)
+                    continue
+                if outage:
+                    logger.warning("relight: the store is reachable again; runner %s claims again", self.worker_id)
+                    outage = 0
                 if claimed is None:
                     slots.release()
                     continue
                 self.stats.claimed += 1
-                task = asyncio.create_task(self._attempt(*claimed, executor))
+                task = asyncio.create_task(self._attempt(*claimed))
                 running.add(task)
                 task.add_done_callback(running.discard)
                 task.add_done_callback(lambda _task: slots.release())
-            await asyncio.gather(*running)
+            await self._wind_down(running)
         finally:
             for task in running:
                 task.cancel()
             await asyncio.gather(*running, return_exceptions=True)
             await self._batcher.aclose()
-            executor.shutdown(wait=False, cancel_futures=True)
+            await self._gateway.aclose()
+            self.stats.abandoned_threads = self._threads.abandoned
         return self.stats
 
     def stop(self) -> None:
-        """Claim nothing more; :meth:`run` returns when the attempts under way have finished."""
+        """Claim nothing more; :meth:`run` returns when the attempts under way have finished, or within
+        ``stop_grace_seconds`` (plus the time to report them) by failing those still running."""
         self._stopping = True
+        self._stopped.set()
         if self._claiming is not None:
             self._claiming.cancel()
+
+    async def _wait_out(self, error: StoreError, outage: int) -> int:
+        """Back off after a failed claim (the store is away); returns the outage's failed claims so far."""
+        if not outage:
+            self.stats.store_outages += 1
+            logger.warning(
+                "relight: runner %s cannot reach the store (%s); claiming again when it is back", self.worker_id, error
+            )
+        delay = self.retry.delay(min(outage, 16)) + self.retry.base_seconds
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopped.wait(), delay)
+        return outage + 1
+
+    async def _wind_down(self, running: set[asyncio.Task[None]]) -> None:
+        """Let running attempts finish for ``stop_grace_seconds``, then stop their agents (they fail, to be retried)."""
+        if not running:
+            return
+        _done, pending = await asyncio.wait(set(running), timeout=self.stop_grace_seconds)
+        if pending:
+            logger.warning(
+                "relight: runner %s stopping: %d attempt(s) still running after %.3g s are failed and retried",
+                self.worker_id,
+                len(pending),
+                self.stop_grace_seconds,
+            )
+            for agent in list(self._agents):
+                agent.cancel()
+            await asyncio.wait(pending)
 
     async def _claim(self) -> tuple[Rollout, Attempt] | None:
         if self._stopping:
@@ -162,10 +238,12 @@ class Runner:
         finally:
             self._claiming = None
 
-    async def _attempt(self, rollout: Rollout, attempt: Attempt, executor: ThreadPoolExecutor) -> None:
+    async def _attempt(self, rollout: Rollout, attempt: Attempt) -> None:
         llm = llm_for(self.gateway_url, rollout, attempt, self.model)
         with attempt_scope(rollout.rollout_id, attempt.attempt_id):
-            agent_task = asyncio.create_task(self._run_agent(rollout.input, llm, executor))
+            agent_task = asyncio.create_task(self._run_agent(rollout.input, llm))
+        self._agents.add(agent_task)
+        agent_task.add_done_callback(self._agents.discard)
         lease = asyncio.create_task(self._keep_alive(rollout, attempt, agent_task))
         status, error = AttemptStatus.SUCCEEDED, None
         try:
@@ -173,17 +251,21 @@ class Runner:
         except _TimedOut:
             status, error = AttemptStatus.TIMED_OUT, f"the rollout ran past its timeout of {self.timeout} s"
         except asyncio.CancelledError:
-            if not lease.done():  # not cancelled by a lost lease: the runner itself is being cancelled
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():  # the runner itself is being cancelled
                 raise
+            status, error = AttemptStatus.FAILED, "the runner stopped before the attempt ended"
         except Exception:
             status, error = AttemptStatus.FAILED, traceback.format_exc()
         finally:
             lease.cancel()
+        self.stats.abandoned_threads = self._threads.abandoned
+        unrecorded = await self._close_record(rollout, attempt)
         if lease.done() and not lease.cancelled() and lease.result():
             self._lost(rollout, attempt, "its lease was lost while the agent ran")
             return
-        assert self._batcher is not None
-        await self._batcher.flush()
+        if unrecorded is not None and status is AttemptStatus.SUCCEEDED:
+            status, error = AttemptStatus.FAILED, f"the attempt's spans are not all in the store: {unrecorded}"
         try:
             await self.store.finish_attempt(rollout.rollout_id, attempt.attempt_id, status, error=error)
         except LeaseLostError:
@@ -203,14 +285,39 @@ class Runner:
                 error.strip().splitlines()[-1],
             )
 
-    async def _run_agent(self, task: Any, llm: LLM, executor: ThreadPoolExecutor) -> None:
-        """Run the agent (async as a coroutine, sync on a thread) and record a returned reward."""
+    async def _close_record(self, rollout: Rollout, attempt: Attempt) -> str | None:
+        """End the attempt at the gateway and wait for all its spans: None when all are in the store, else why not."""
+        assert self._batcher is not None
+        assert self._gateway is not None
+        gateway = self._gateway
+        url = llm_for(self.gateway_url, rollout, attempt, self.model).base_url.removesuffix("/v1") + "/relight/end"
+        problems: list[str] = []
+        try:
+            await self._batcher.flush_attempt(rollout.rollout_id, attempt.attempt_id)
+        except StoreError as error:
+            problems.append(str(error))
+
+        async def end() -> httpx.Response:
+            return await gateway.post(url)
+
+        try:
+            reply = await retry_async(
+                end, policy=self.retry, transient=lambda e: isinstance(e, httpx.TransportError), what=f"POST {url}"
+            )
+            if reply.status_code != 200:
+                problems.append(f"the gateway answered {reply.status_code}: {reply.text[:300]}")
+        except httpx.HTTPError as error:
+            problems.append(f"could not reach the gateway at {self.gateway_url}: {error!r}")
+        return "; ".join(problems) or None
+
+    async def _run_agent(self, task: Any, llm: LLM) -> None:
+        """Run the agent (async as a coroutine, sync on a thread of its own) and record a returned reward."""
         if self.agent.is_async:
             call = asyncio.ensure_future(cast(Awaitable[Any], self.agent.rollout(task, llm)))
         else:
             context = contextvars.copy_context()
             rollout = functools.partial(self.agent.rollout, task, llm)
-            call = asyncio.get_running_loop().run_in_executor(executor, context.run, rollout)
+            call = self._threads.run(lambda: context.run(rollout))
         limit = asyncio.timeout(self.timeout)
         try:
             async with limit:
@@ -226,7 +333,7 @@ class Runner:
     async def _keep_alive(self, rollout: Rollout, attempt: Attempt, agent_task: asyncio.Task[None]) -> bool:
         """Renew the lease until cancelled; on losing it, cancel the agent and return True."""
         while True:
-            await asyncio.sleep(self.lease_seconds / 3)
+            await asyncio.sleep(self.heartbeat_seconds)
             try:
                 await self.store.heartbeat(rollout.rollout_id, attempt.attempt_id, lease_seconds=self.lease_seconds)
             except LeaseLostError:
@@ -272,6 +379,7 @@ class RunnerProcesses:
 
     The agent travels to each process by pickling (a ``@relight.rollout`` function by its module and
     name), so it must be importable there. Processes start fresh (``spawn``): no state is inherited.
+    :meth:`restart` replaces one that died (see :class:`relight.supervisor.RunnerSupervisor`).
 
     Args:
         options: keyword arguments of :class:`Runner` (``gateway_url``, ``model``, ``concurrency``, …).
@@ -280,20 +388,33 @@ class RunnerProcesses:
     def __init__(self, count: int, agent: Agent, store_url: str, **options: Any) -> None:
         if count < 1:
             raise ConfigError(f"the number of runner processes must be at least 1, got {count}")
-        context = multiprocessing.get_context("spawn")
-        self.processes: list[SpawnProcess] = []
-        for index in range(count):
-            own = dict(options)
-            if "worker_id" in own:
-                own["worker_id"] = f"{own['worker_id']}-{index}"
-            process = context.Process(
-                target=run_runner_process, args=(agent, store_url, own), name=f"relight-runner-{index}", daemon=True
-            )
-            self.processes.append(process)
+        self._context = multiprocessing.get_context("spawn")
+        self._agent = agent
+        self._store_url = store_url
+        self._options = options
+        self.processes: list[SpawnProcess] = [self._process(index) for index in range(count)]
+
+    def _process(self, index: int) -> SpawnProcess:
+        own = dict(self._options)
+        if "worker_id" in own:
+            own["worker_id"] = f"{own['worker_id']}-{index}"
+        return self._context.Process(
+            target=run_runner_process,
+            args=(self._agent, self._store_url, own),
+            name=f"relight-runner-{index}",
+            daemon=True,
+        )
 
     def start(self) -> None:
         for process in self.processes:
             process.start()
+
+    def restart(self, index: int) -> SpawnProcess:
+        """Start a fresh process in place of process ``index`` (which has exited)."""
+        process = self._process(index)
+        process.start()
+        self.processes[index] = process
+        return process
 
     def stop(self, *, grace_seconds: float = 30.0) -> None:
         """Ask each process to finish its attempts and exit; kill those still running after ``grace_seconds``."""
@@ -301,10 +422,17 @@ class RunnerProcesses:
             if process.pid is not None and process.is_alive():
                 os.kill(process.pid, signal.SIGTERM)
         for process in self.processes:
+            if process.pid is None:
+                continue
             process.join(grace_seconds)
             if process.is_alive():
                 process.kill()
                 process.join()
+
+
+def is_worker_of(worker_id: str, pid: int) -> bool:
+    """Whether ``worker_id`` is the default id of a runner in process ``pid`` (``host-<pid>-w-…``)."""
+    return f"-{pid}-w-" in worker_id
 
 
 class _TimedOut(Exception):

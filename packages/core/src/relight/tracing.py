@@ -4,7 +4,8 @@
 is set as the global one if the application has none; an application's own SDK provider is kept
 and shared). Every span that starts inside a rollout attempt (see :mod:`relight.context`) is
 stamped with its rollout and attempt and, when it ends, handed to a :class:`SpanBatcher`.
-Spans outside any attempt pass by untouched.
+Spans outside any attempt pass by untouched. Every hook here is guarded (:mod:`relight.guard`):
+a failure costs a span, never the application's request or the agent's rollout.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pydantic import JsonValue
 from relight import semconv
 from relight.batcher import SpanBatcher
 from relight.context import current_attempt
+from relight.guard import hook_failed
 from relight.models import Span, SpanKind
 
 __all__ = [
@@ -54,11 +56,15 @@ class StoreSpanProcessor(SpanProcessor):
     def on_start(self, span: SdkSpan, parent_context: otel_context.Context | None = None) -> None:
         if self.batcher is None:
             return
-        ref = current_attempt()
-        attributes = span.attributes or {}
-        if ref is not None and semconv.ROLLOUT_ID not in attributes:
-            span.set_attribute(semconv.ROLLOUT_ID, ref.rollout_id)
-            span.set_attribute(semconv.ATTEMPT_ID, ref.attempt_id)
+        try:
+            ref = current_attempt()
+            attributes = span.attributes or {}
+            if ref is not None and semconv.ROLLOUT_ID not in attributes:
+                span.set_attribute(semconv.ROLLOUT_ID, ref.rollout_id)
+                span.set_attribute(semconv.ATTEMPT_ID, ref.attempt_id)
+        except Exception:
+            self.dropped += 1
+            hook_failed("StoreSpanProcessor.on_start")
 
     def on_end(self, span: ReadableSpan) -> None:
         if self.batcher is None:
@@ -69,7 +75,7 @@ class StoreSpanProcessor(SpanProcessor):
                 self.batcher.submit(converted)
         except Exception:
             self.dropped += 1
-            logger.exception("relight: could not record span %r", span.name)
+            hook_failed("StoreSpanProcessor.on_end")
 
     def shutdown(self) -> None:
         return None
@@ -172,8 +178,12 @@ def emit_annotation(payload: Mapping[str, JsonValue], *, name: str = "annotation
 
 
 def _emit(span_name: str, attributes: Mapping[str, str | float | bool | Sequence[str]]) -> None:
+    """Record a span of the current attempt; a failing tracer is counted and logged, never raised."""
     if current_attempt() is None:
         logger.warning("relight: %s emitted outside a rollout attempt was not recorded", span_name)
         return
-    with tracer().start_as_current_span(span_name, attributes=attributes):
-        pass
+    try:
+        with tracer().start_as_current_span(span_name, attributes=attributes):
+            pass
+    except Exception:
+        hook_failed(f"emitting {span_name.split()[0]}")

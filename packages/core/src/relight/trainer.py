@@ -42,7 +42,8 @@ from relight.rolecheck import RoleCheck
 from relight.runfolder import RunFolder, default_run_dir
 from relight.runner import Runner, RunnerProcesses
 from relight.signal import flat_groups, sample_until_signal
-from relight.store import Store
+from relight.store import DEFAULT_LEASE_SECONDS, Store
+from relight.supervisor import RunnerSupervisor
 from relight.transitions import TransitionBuilder, episode_return, last_attempt_spans
 
 __all__ = ["DevResult", "GatewayOptions", "Trainer"]
@@ -73,6 +74,7 @@ class DevResult:
 class _Loop:
     store: Store
     gateway: Gateway
+    supervisor: RunnerSupervisor | None = None
 
 
 class Trainer:
@@ -93,6 +95,11 @@ class Trainer:
         transitions: how rollouts become transitions (role filter, credit, groups).
         max_attempts: tries per rollout before it fails.
         timeout: seconds one attempt may run; None for no limit.
+        lease_seconds: how long an attempt stays a runner's without a heartbeat; a runner that dies
+            holds its rollouts this long at most (``n_runners > 1`` fails them at once on noticing).
+        heartbeat_seconds: how often runners renew leases; a third of ``lease_seconds`` by default.
+        max_runner_restarts: runner processes that die are restarted this many times in all;
+            ``fit()`` fails once none is left.
         checkpoint_dir: where ``algorithm.save`` writes after each step (``step-<n>``, every one kept);
             by default the run folder's ``checkpoints/``, which keeps the last two.
         gateway: how the gateway listens and retokenizes.
@@ -117,6 +124,9 @@ class Trainer:
         transitions: TransitionBuilder | None = None,
         max_attempts: int = 3,
         timeout: float | None = None,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        heartbeat_seconds: float | None = None,
+        max_runner_restarts: int = 3,
         checkpoint_dir: str | Path | None = None,
         gateway: GatewayOptions | None = None,
         console: Console | None = None,
@@ -138,6 +148,9 @@ class Trainer:
         self.transitions = transitions or TransitionBuilder()
         self.max_attempts = max_attempts
         self.timeout = timeout
+        self.lease_seconds = lease_seconds
+        self.heartbeat_seconds = heartbeat_seconds
+        self.max_runner_restarts = max_runner_restarts
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
         self.gateway_options: GatewayOptions = gateway or {}
         self.console = console or Console()
@@ -361,6 +374,8 @@ class Trainer:
                     "model": model,
                     "concurrency": self.concurrency,
                     "timeout": self.timeout,
+                    "lease_seconds": self.lease_seconds,
+                    "heartbeat_seconds": self.heartbeat_seconds,
                 }
                 if self.n_runners == 1:
                     runner = Runner(agent, store, **options)
@@ -374,9 +389,12 @@ class Trainer:
                     async with self._shared(store, store_url) as shared_url:
                         processes = RunnerProcesses(self.n_runners, agent, shared_url, **options)
                         processes.start()
+                        supervisor = RunnerSupervisor(processes, store, max_restarts=self.max_runner_restarts)
+                        supervisor.start()
                         try:
-                            yield _Loop(store, gateway)
+                            yield _Loop(store, gateway, supervisor)
                         finally:
+                            await supervisor.stop()
                             await asyncio.to_thread(processes.stop)
         finally:
             if isinstance(store_url, str):
@@ -404,6 +422,9 @@ class Trainer:
         with self.progress.batch(label, len(ids), calls=lambda: loop.gateway.stats.calls) as progress:
             while True:
                 rollouts = await loop.store.wait(ids, timeout=0.5)
+                if loop.supervisor is not None:
+                    loop.supervisor.check()
+                    self.progress.health = loop.supervisor.health()
                 progress.update(rollouts)
                 if check_roles and self._role_check is not None and not self._role_check.decided:
                     await loop.gateway.flush()

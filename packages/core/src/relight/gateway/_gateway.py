@@ -19,13 +19,14 @@ from starlette.requests import Request
 
 from relight._server import AsgiServer
 from relight.algorithm import UpstreamTarget
-from relight.batcher import SpanBatcher
+from relight.batcher import SpanBatcher, SpansLostError
 from relight.context import AttemptRef
 from relight.gateway.errors import GatewayError, UpstreamError
 from relight.gateway.record import Exchange, TraceParent, random_hex
 from relight.gateway.retokenize import Retokenizer
-from relight.gateway.sessions import SessionChecker, api_key_for, attempt_of_api_key
+from relight.gateway.sessions import SessionChecker, api_key_for, attempt_of_request
 from relight.gateway.upstreams import Endpoint, Upstream, UpstreamPool, as_upstream
+from relight.gateway.validate import check_messages, check_sampling
 from relight.store import Store
 
 __all__ = ["Gateway", "GatewayStats"]
@@ -47,6 +48,8 @@ class GatewayStats:
     """Calls whose token ids the gateway made from the text (the upstream gave none)."""
     untrainable: int = 0
     """Calls recorded without token ids: no upstream ids and no retokenizer."""
+    late: int = 0
+    """Calls that ended after their attempt had ended; not recorded (the attempt's record is closed)."""
 
 
 class Gateway(AsgiServer):
@@ -123,6 +126,22 @@ class Gateway(AsgiServer):
         if self._batcher is not None:
             await self._batcher.flush()
 
+    async def end_attempt(self, session: AttemptRef) -> None:
+        """Refuse the attempt's calls from now on; return once the spans of its calls are in the store.
+
+        The runner calls this (``POST …/relight/end``) before it finishes an attempt, so no reader
+        sees a finished attempt whose LLM spans are still on their way. Raises GatewayError (503)
+        when some of them could not be written: the attempt must then fail, not succeed with a hole.
+        """
+        self._sessions.end(session)
+        self._write_recorded()
+        if self._batcher is None:
+            return
+        try:
+            await self._batcher.flush_attempt(session.rollout_id, session.attempt_id)
+        except SpansLostError as error:
+            raise GatewayError(503, str(error), code="spans_lost") from error
+
     def base_url_for(self, rollout_id: str, attempt_id: str) -> str:
         """The OpenAI base URL that scopes an agent's calls to one attempt."""
         return f"{self.url}/rollouts/{rollout_id}/attempts/{attempt_id}/v1"
@@ -186,13 +205,7 @@ class Gateway(AsgiServer):
 
     async def session(self, request: Request) -> AttemptRef:
         """The attempt an HTTP request belongs to (by its path, else its API key), checked against the store."""
-        rollout_id = request.path_params.get("rollout_id")
-        attempt_id = request.path_params.get("attempt_id")
-        if rollout_id is not None and attempt_id is not None:
-            session = AttemptRef(str(rollout_id), str(attempt_id))
-        else:
-            scheme, _, token = request.headers.get("authorization", "").partition(" ")
-            session = attempt_of_api_key(token.strip() if scheme.lower() == "bearer" else "")
+        session = attempt_of_request(request)
         await self._sessions.check(session)
         return session
 
@@ -301,7 +314,11 @@ class Gateway(AsgiServer):
 
         Building a span (validation, retokenizing) is the slowest part of recording, and no client
         should wait for it. :meth:`flush` writes queued spans first, so none is ever left behind.
+        A call of an attempt that has ended meanwhile is not recorded.
         """
+        if self._sessions.has_ended(exchange.session):
+            self.stats.late += 1
+            return
         if not self._unrecorded:
             asyncio.get_running_loop().call_soon(self._write_recorded)
         self._unrecorded.append(exchange)
@@ -343,9 +360,7 @@ def validate_request(endpoint: Endpoint, body: Json) -> None:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise GatewayError(400, "'messages' is required: a non-empty list of chat messages", param="messages")
-        for index, message in enumerate(messages):  # pyright: ignore[reportUnknownArgumentType, reportUnknownVariableType]
-            if not isinstance(message, dict) or "role" not in message:
-                raise GatewayError(400, f"messages[{index}] must be an object with a 'role'", param=f"messages.{index}")
+        check_messages(messages)  # pyright: ignore[reportUnknownArgumentType]
     else:
         prompt = body.get("prompt")
         if not isinstance(prompt, str | list) or not prompt:
@@ -354,6 +369,7 @@ def validate_request(endpoint: Endpoint, body: Json) -> None:
         raise GatewayError(
             400, f"n={body.get('n')!r}: the gateway records one choice per call; make n calls instead", param="n"
         )
+    check_sampling(body)
 
 
 def for_client(answer: Json, request: Json, response_id: str) -> Json | None:

@@ -26,6 +26,7 @@ from starlette.responses import Response, StreamingResponse
 from relight.gateway import responses
 from relight.gateway.errors import GatewayError, UpstreamError, error_body
 from relight.gateway.record import TraceParent
+from relight.gateway.sessions import attempt_of_request
 from relight.gateway.upstreams import Endpoint
 
 if TYPE_CHECKING:
@@ -44,7 +45,9 @@ def create_app(gateway: Gateway) -> FastAPI:
     app.state.gateway = gateway
     app.add_exception_handler(GatewayError, _gateway_error)
     app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(Exception, _internal_error)
     routes = (
+        ("/relight/end", _end_attempt, "POST"),
         ("/v1/chat/completions", _chat, "POST"),
         ("/v1/completions", _completions, "POST"),
         ("/v1/models", _models, "GET"),
@@ -77,6 +80,8 @@ async def read_json(request: Request) -> Json:
         parsed = json.loads(body)
     except ValueError as error:
         raise GatewayError(400, f"the request body is not valid JSON: {error}") from None
+    except RecursionError:
+        raise GatewayError(400, "the request body nests JSON too deeply to parse") from None
     if not isinstance(parsed, dict):
         raise GatewayError(400, f"the request body must be a JSON object, not {type(parsed).__name__}")
     return cast(Json, parsed)
@@ -211,9 +216,23 @@ async def _models(request: Request) -> Response:
     return json_response({"object": "list", "data": data})
 
 
+async def _end_attempt(request: Request) -> Response:
+    """The runner ends an attempt: calls are refused from now on, and the answer waits for their spans."""
+    session = attempt_of_request(request)
+    await gateway_of(request).end_attempt(session)
+    return json_response({"rollout_id": session.rollout_id, "attempt_id": session.attempt_id, "ended": True})
+
+
 async def _gateway_error(request: Request, error: Exception) -> Response:
     assert isinstance(error, GatewayError)
-    return json_response(error.body(), error.status_code)
+    response = json_response(error.body(), error.status_code)
+    response.headers.update(error.headers)
+    return response
+
+
+async def _internal_error(request: Request, error: Exception) -> Response:
+    """Anything unforeseen still answers in OpenAI's shape (the traceback goes to the server's log)."""
+    return json_response(error_body(500, f"internal gateway error: {error!r}", code="internal_error"), 500)
 
 
 async def _http_error(request: Request, error: Exception) -> Response:

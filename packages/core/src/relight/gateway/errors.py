@@ -10,12 +10,21 @@ __all__ = ["GatewayError", "UpstreamError", "error_body"]
 class GatewayError(Exception):
     """A request the gateway refuses or cannot serve; becomes an HTTP error with an OpenAI error body."""
 
-    def __init__(self, status_code: int, message: str, *, param: str | None = None, code: str | None = None) -> None:
+    def __init__(
+        self,
+        status_code: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status_code = status_code
         self.message = message
         self.param = param
         self.code = code
+        self.headers = headers or {}
 
     def body(self) -> dict[str, Any]:
         return error_body(self.status_code, self.message, param=self.param, code=self.code)

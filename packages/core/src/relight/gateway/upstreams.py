@@ -52,6 +52,11 @@ class Upstream(Protocol):
     async def aclose(self) -> None: ...
 
 
+UPSTREAM_KEEP_ALIVE_SECONDS = 2.0
+"""How long an idle connection to an upstream is kept for reuse: below the 5 s after which vLLM (uvicorn)
+closes it, so a call never goes out on a connection the upstream has just closed (a 502 to the agent)."""
+
+
 class OpenAIUpstream:
     """An OpenAI-compatible server at ``base_url`` (``http://host:8000/v1``).
 
@@ -86,7 +91,9 @@ class OpenAIUpstream:
             self._session = aiohttp.ClientSession(
                 headers=self._headers,
                 timeout=aiohttp.ClientTimeout(total=self.timeout),
-                connector=aiohttp.TCPConnector(limit=self.max_connections),
+                connector=aiohttp.TCPConnector(
+                    limit=self.max_connections, keepalive_timeout=UPSTREAM_KEEP_ALIVE_SECONDS
+                ),
             )
         return self._session
 

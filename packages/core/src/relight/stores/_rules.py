@@ -3,23 +3,89 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
-from relight.errors import ConfigError, LeaseLostError, NotFoundError, StoreError
-from relight.models import Attempt, AttemptStatus, Rollout, RolloutRequest, RolloutStatus, new_id
+from pydantic import JsonValue
+
+from relight.errors import ConfigError, InvalidStateError, LeaseLostError, NotFoundError, StoreError
+from relight.models import Attempt, AttemptStatus, Rollout, RolloutRequest, RolloutStatus, Span, new_id
+
+MAX_LEASE_SECONDS = 7 * 24 * 3600.0
+"""The longest lease a worker may take: beyond it an attempt of a dead worker would in effect never expire."""
+MAX_INTEGER = 2**63 - 1
+"""The largest count, offset or version the store takes (what SQLite and PostgreSQL can hold)."""
+CLIENT_STATUSES = frozenset(
+    {AttemptStatus.SUCCEEDED, AttemptStatus.FAILED, AttemptStatus.TIMED_OUT, AttemptStatus.CANCELLED}
+)
+"""The ends a worker may give an attempt; ``expired`` is the store's to give, when a lease runs out."""
 
 
 def check_lease_seconds(lease_seconds: float) -> float:
-    if not math.isfinite(lease_seconds) or lease_seconds <= 0:
-        raise ConfigError(f"lease_seconds must be a positive number, got {lease_seconds!r}")
+    if not (math.isfinite(lease_seconds) and 0 < lease_seconds <= MAX_LEASE_SECONDS):
+        raise ConfigError(
+            f"lease_seconds must be a positive number of seconds up to {MAX_LEASE_SECONDS:.0f}, got {lease_seconds!r}"
+        )
     return lease_seconds
 
 
 def check_page(limit: int | None, offset: int) -> None:
-    if limit is not None and limit < 0:
-        raise ConfigError(f"limit must be None or >= 0, got {limit!r}")
-    if offset < 0:
-        raise ConfigError(f"offset must be >= 0, got {offset!r}")
+    if limit is not None and not 0 <= limit <= MAX_INTEGER:
+        raise ConfigError(f"limit must be None or between 0 and {MAX_INTEGER}, got {limit!r}")
+    if not 0 <= offset <= MAX_INTEGER:
+        raise ConfigError(f"offset must be between 0 and {MAX_INTEGER}, got {offset!r}")
+
+
+def check_version(version: int | None) -> None:
+    if version is not None and not 0 <= version <= MAX_INTEGER:
+        raise ConfigError(f"version must be None or between 0 and {MAX_INTEGER}, got {version!r}")
+
+
+def check_client_status(status: AttemptStatus) -> None:
+    if status not in CLIENT_STATUSES:
+        allowed = ", ".join(sorted(s.value for s in CLIENT_STATUSES))
+        raise ConfigError(f"status must be one of {allowed} when a worker finishes an attempt, got {status.value!r}")
+
+
+def check_finite(value: JsonValue, field: str) -> None:
+    """Raise ConfigError naming the place of the first NaN or infinity in ``value``: JSON has none, and a
+    store would keep it as null (a reward that silently vanishes)."""
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ConfigError(f"{field} must be a finite number, got {value!r}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            if not isinstance(item, int | str):  # the common case, ids and text, needs no look
+                check_finite(item, f"{field}[{index}]")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            check_finite(item, f"{field}.{key}")
+
+
+def check_requests(requests: Iterable[RolloutRequest]) -> None:
+    for request in requests:
+        check_finite(request.input, "input")
+        check_finite(request.metadata, "metadata")
+
+
+def check_resources(items: Mapping[str, JsonValue]) -> None:
+    check_finite(dict(items), "items")
+
+
+def check_spans(spans: Iterable[Span]) -> None:
+    for span in spans:
+        check_finite(span.attributes, f"span {span.span_id!r} attributes")
+
+
+def same_span(stored: Span, sent: Span) -> bool:
+    """Whether ``sent`` repeats the span already stored (a retried write), apart from the id the store gave."""
+    return stored.model_copy(update={"sequence_id": None}) == sent.model_copy(update={"sequence_id": None})
+
+
+def conflicting_span(span: Span) -> InvalidStateError:
+    return InvalidStateError(
+        f"span {span.span_id!r} of attempt {span.attempt_id!r} of rollout {span.rollout_id!r} is already stored "
+        "with different content; span ids must be unique within an attempt"
+    )
 
 
 def rollout_not_found(rollout_id: str) -> NotFoundError:

@@ -54,6 +54,7 @@ class InMemoryStore:
 
     async def enqueue(self, requests: Sequence[RolloutRequest]) -> list[Rollout]:
         self._check_open()
+        _rules.check_requests(requests)
         now = self._clock()
         result: list[Rollout] = []
         for request in requests:
@@ -119,6 +120,7 @@ class InMemoryStore:
         error: str | None = None,
     ) -> Rollout:
         self._check_open()
+        _rules.check_client_status(status)
         self._reap_expired()
         index, attempt = self._find_attempt(rollout_id, attempt_id)
         rollout, ended = _rules.end_attempt(self._rollouts[rollout_id], attempt, status, error, self._clock())
@@ -189,14 +191,21 @@ class InMemoryStore:
 
     async def add_spans(self, spans: Sequence[Span]) -> None:
         self._check_open()
+        _rules.check_spans(spans)
         for span in spans:
-            self._get(span.rollout_id)
+            self._find_attempt(span.rollout_id, span.attempt_id)
+        fresh: dict[tuple[str, str, str], Span] = {}
         for span in spans:
-            stored = self._spans.setdefault(span.rollout_id, {})
-            key = (span.attempt_id, span.span_id)
-            if key not in stored:
-                stored[key] = span.model_copy(update={"sequence_id": next(self._sequence)})
-                self._span_count += 1
+            key = (span.rollout_id, span.attempt_id, span.span_id)
+            earlier = self._spans.get(span.rollout_id, {}).get(key[1:]) or fresh.get(key)
+            if earlier is None:
+                fresh[key] = span
+            elif not _rules.same_span(earlier, span):
+                raise _rules.conflicting_span(span)
+        for (rollout_id, attempt_id, span_id), span in fresh.items():
+            stored = self._spans.setdefault(rollout_id, {})
+            stored[attempt_id, span_id] = span.model_copy(update={"sequence_id": next(self._sequence)})
+            self._span_count += 1
 
     async def query_spans(self, rollout_id: str, attempt_id: str | None = None) -> list[Span]:
         self._check_open()
@@ -208,12 +217,14 @@ class InMemoryStore:
 
     async def publish_resources(self, items: Mapping[str, JsonValue]) -> Resources:
         self._check_open()
+        _rules.check_resources(items)
         resources = Resources(version=len(self._resources), items=dict(items), created_at=self._clock())
         self._resources.append(resources)
         return resources
 
     async def get_resources(self, version: int | None = None) -> Resources:
         self._check_open()
+        _rules.check_version(version)
         if version is None and self._resources:
             return self._resources[-1]
         if version is None or not 0 <= version < len(self._resources):

@@ -148,6 +148,7 @@ class SqliteStore:
     # -- rollouts -----------------------------------------------------------------------------
 
     async def enqueue(self, requests: Sequence[RolloutRequest]) -> list[Rollout]:
+        _rules.check_requests(requests)
         requests = list(requests)
 
         def job(tx: _Tx) -> list[Rollout]:
@@ -236,6 +237,8 @@ class SqliteStore:
         *,
         error: str | None = None,
     ) -> Rollout:
+        _rules.check_client_status(status)
+
         def job(tx: _Tx) -> Rollout:
             now = self._reap(tx)
             attempt = _get_attempt(tx.conn, rollout_id, attempt_id)
@@ -320,11 +323,11 @@ class SqliteStore:
             self._check_open()
             return
         spans = list(spans)
+        _rules.check_spans(spans)
 
         def job(tx: _Tx) -> None:
-            for rollout_id in sorted({span.rollout_id for span in spans}):
-                if tx.conn.execute("SELECT 1 FROM rollouts WHERE rollout_id = ?", (rollout_id,)).fetchone() is None:
-                    raise _rules.rollout_not_found(rollout_id)
+            for rollout_id, attempt_id in sorted({(span.rollout_id, span.attempt_id) for span in spans}):
+                _require_attempt(tx.conn, rollout_id, attempt_id)
             # Sequence ids are given here, so the stored JSON is the span exactly as queried. A duplicate
             # is ignored and leaves its id unused: ids only need to grow.
             (last,) = tx.conn.execute("SELECT COALESCE(MAX(sequence_id), -1) FROM spans").fetchone()
@@ -337,6 +340,8 @@ class SqliteStore:
                 "VALUES (?, ?, ?, ?, ?)",
                 rows,
             )
+            if cursor.rowcount < len(rows):
+                _check_repeats(tx.conn, rows, spans)
             tx.conn.execute("UPDATE counters SET value = value + ? WHERE name = 'spans'", (cursor.rowcount,))
             tx.size = sum(len(data) for *_, data in rows)
 
@@ -357,6 +362,7 @@ class SqliteStore:
 
     async def publish_resources(self, items: Mapping[str, JsonValue]) -> Resources:
         items = dict(items)
+        _rules.check_resources(items)
 
         def job(tx: _Tx) -> Resources:
             (version,) = tx.conn.execute("SELECT COALESCE(MAX(version) + 1, 0) FROM resources").fetchone()
@@ -367,6 +373,8 @@ class SqliteStore:
         return await self._write(job)
 
     async def get_resources(self, version: int | None = None) -> Resources:
+        _rules.check_version(version)
+
         def read(conn: sqlite3.Connection) -> Resources:
             row = conn.execute(
                 "SELECT data FROM resources WHERE version = COALESCE(?, (SELECT MAX(version) FROM resources))",
@@ -649,6 +657,26 @@ def _get_rollout(conn: sqlite3.Connection, rollout_id: str) -> Rollout:
     if rollout is None:
         raise _rules.rollout_not_found(rollout_id)
     return rollout
+
+
+def _require_attempt(conn: sqlite3.Connection, rollout_id: str, attempt_id: str) -> None:
+    """Raise NotFoundError unless the attempt exists (a cheap check: nothing is parsed)."""
+    query = "SELECT 1 FROM attempts WHERE rollout_id = ? AND attempt_id = ?"
+    if conn.execute(query, (rollout_id, attempt_id)).fetchone() is None:
+        if conn.execute("SELECT 1 FROM rollouts WHERE rollout_id = ?", (rollout_id,)).fetchone() is None:
+            raise _rules.rollout_not_found(rollout_id)
+        raise _rules.attempt_not_found(rollout_id, attempt_id)
+
+
+def _check_repeats(conn: sqlite3.Connection, rows: list[tuple[int, str, str, str, str]], spans: list[Span]) -> None:
+    """Raise InvalidStateError if a span that was not inserted (its id was taken) differs from the stored one."""
+    for (seq, rollout_id, attempt_id, span_id, _), span in zip(rows, spans, strict=True):
+        (stored_seq, data) = conn.execute(
+            "SELECT sequence_id, data FROM spans WHERE rollout_id = ? AND attempt_id = ? AND span_id = ?",
+            (rollout_id, attempt_id, span_id),
+        ).fetchone()
+        if stored_seq != seq and not _rules.same_span(Span.model_validate_json(data), span):
+            raise _rules.conflicting_span(span)
 
 
 def _get_attempt(conn: sqlite3.Connection, rollout_id: str, attempt_id: str) -> Attempt:

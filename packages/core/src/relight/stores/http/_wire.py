@@ -12,7 +12,15 @@ from typing import Final
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter
 
-from relight.errors import ConfigError, InvalidStateError, LeaseLostError, NotFoundError, RelightError, StoreError
+from relight.errors import (
+    ConfigError,
+    InvalidStateError,
+    LeaseLostError,
+    NotFoundError,
+    RelightError,
+    StoreError,
+    StoreUnavailableError,
+)
 from relight.models import Attempt, AttemptStatus, Mode, Rollout, RolloutRequest, Span
 from relight.store import DEFAULT_LEASE_SECONDS
 
@@ -21,6 +29,9 @@ DEFAULT_MAX_BODY_BYTES: Final = 32 * 1024 * 1024
 """The largest request body the server takes; the client splits span batches to stay under it."""
 DEFAULT_MAX_POLL_SECONDS: Final = 20.0
 """The longest one long-poll request (claim, wait) is held open; clients ask again after it."""
+REQUEST_ID_HEADER: Final = "idempotency-key"
+"""Names one logical call of a non-idempotent endpoint (claim, finish, publish); its retries carry the same
+value, and the server answers a retry with the reply it already gave instead of acting twice."""
 
 ROLLOUTS = TypeAdapter(list[Rollout])
 ATTEMPTS = TypeAdapter(list[Attempt])
@@ -83,8 +94,11 @@ _STATUS_OF_ERROR: Final[tuple[tuple[type[RelightError], int], ...]] = (
     (StoreError, 503),
 )
 _ERROR_CLASSES: Final = {
-    cls.__name__: cls for cls in (NotFoundError, InvalidStateError, LeaseLostError, ConfigError, StoreError)
+    cls.__name__: cls
+    for cls in (NotFoundError, InvalidStateError, LeaseLostError, ConfigError, StoreError, StoreUnavailableError)
 }
+_UNAVAILABLE: Final = frozenset({502, 503, 504})
+"""Statuses a server (or a proxy in front of it) answers while it is away or restarting."""
 
 
 def status_of(error: RelightError) -> int:
@@ -104,6 +118,8 @@ def error_from_reply(status: int, content: bytes, url: str) -> RelightError:
     except (ValueError, KeyError, TypeError):
         name, detail = "", content.decode(errors="replace")[:500] or f"HTTP {status}"
     cls = _ERROR_CLASSES.get(name)
+    if status in _UNAVAILABLE and (cls is None or cls is StoreError):
+        return StoreUnavailableError(f"the store server at {url} answered {status}: {detail}")
     if cls is not None:
         return cls(detail)
     if status == 401:

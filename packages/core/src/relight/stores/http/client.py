@@ -6,18 +6,28 @@ store raised. One ``add_spans`` call is one POST (split only when it would excee
 limit); agents should hand spans to a :class:`relight.batcher.SpanBatcher` rather than await a round
 trip per span. ``claim`` and ``wait`` long-poll: each request is held by the server until there is an
 answer or its poll limit passes, and is then repeated until the caller's own timeout.
+
+Transient faults (a connection the server dropped, a server restarting, a 502/503/504) are retried
+with backoff and jitter under ``retry`` (a :class:`relight._retry.RetryPolicy`). Every call can be
+retried safely: reads, heartbeats, waits, cancels and span writes are idempotent, ``enqueue`` names
+its rollouts here before sending, and claim, finish and publish carry a request id the server
+answers retries of from its memory. Idle connections are given up after
+``CLIENT_KEEP_ALIVE_SECONDS``, well before the server closes them, so that a request never goes
+out on a connection the server has already closed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import httpx
 from pydantic import BaseModel, JsonValue
 
-from relight.errors import ConfigError, StoreError
+from relight._retry import RetryPolicy, retry_async
+from relight._server import CLIENT_KEEP_ALIVE_SECONDS
+from relight.errors import ConfigError, LeaseLostError, StoreUnavailableError
 from relight.models import (
     Attempt,
     AttemptStatus,
@@ -28,6 +38,7 @@ from relight.models import (
     RolloutStatus,
     Span,
     StoreStats,
+    new_id,
 )
 from relight.store import DEFAULT_LEASE_SECONDS
 from relight.stores import _rules
@@ -64,6 +75,7 @@ class HttpStore:
         timeout: seconds to wait for a reply beyond any long poll.
         poll_seconds: how long one long-poll request asks the server to hold on.
         max_request_bytes: the server's body limit; larger span batches are split to fit.
+        retry: how transient faults are retried; ``RetryPolicy(attempts=1)`` never retries.
     """
 
     def __init__(
@@ -74,6 +86,7 @@ class HttpStore:
         timeout: float = 30.0,
         poll_seconds: float = DEFAULT_MAX_POLL_SECONDS,
         max_request_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        retry: RetryPolicy | None = None,
     ) -> None:
         if not url.startswith(("http://", "https://")):
             raise ConfigError(f"HTTP store URL {url!r} must start with http:// or https://")
@@ -81,17 +94,26 @@ class HttpStore:
         self.timeout = timeout
         self.poll_seconds = poll_seconds
         self.max_request_bytes = max_request_bytes
+        self.retry = retry or RetryPolicy()
         token = token or os.environ.get(TOKEN_ENV) or None
         headers = {"content-type": "application/json"}
         if token:
             headers["authorization"] = f"Bearer {token}"
-        self._client = httpx.AsyncClient(base_url=self.url + _wire.PREFIX, headers=headers, timeout=timeout)
+        self._client = httpx.AsyncClient(
+            base_url=self.url + _wire.PREFIX,
+            headers=headers,
+            timeout=timeout,
+            limits=httpx.Limits(keepalive_expiry=CLIENT_KEEP_ALIVE_SECONDS),
+        )
         self._closed = False
 
     # -- rollouts -----------------------------------------------------------------------------
 
     async def enqueue(self, requests: Sequence[RolloutRequest]) -> list[Rollout]:
-        return ROLLOUTS.validate_json(await self._post("/rollouts", EnqueueBody(requests=list(requests))))
+        _rules.check_requests(requests)  # JSON has no NaN: it would arrive as null
+        # Named here, so that a retry of a request whose reply was lost finds the rollouts it made.
+        named = [r if r.rollout_id else r.model_copy(update={"rollout_id": new_id("ro")}) for r in requests]
+        return ROLLOUTS.validate_json(await self._post("/rollouts", EnqueueBody(requests=named)))
 
     async def claim(
         self,
@@ -106,7 +128,7 @@ class HttpStore:
         while True:
             poll = self._next_poll(deadline)
             body = ClaimBody(worker_id=worker_id, lease_seconds=lease_seconds, timeout=poll or 0.0, mode=mode)
-            claimed = CLAIMED.validate_json(await self._post("/claim", body, poll=poll))
+            claimed = CLAIMED.validate_json(await self._post("/claim", body, poll=poll, once=True))
             if claimed is not None:
                 return claimed.rollout, claimed.attempt
             if self._past(deadline):
@@ -127,8 +149,20 @@ class HttpStore:
         *,
         error: str | None = None,
     ) -> Rollout:
+        _rules.check_client_status(status)
         body = FinishBody(rollout_id=rollout_id, attempt_id=attempt_id, status=status, error=error)
-        return Rollout.model_validate_json(await self._post("/finish", body))
+        retried: list[BaseException] = []
+        try:
+            return Rollout.model_validate_json(await self._post("/finish", body, once=True, on_retry=retried.append))
+        except LeaseLostError:
+            # A retry after a server restart (which forgets request ids) finds the attempt ended by
+            # the try whose reply was lost: that is success, not a lost lease.
+            if not retried:
+                raise
+            attempts = await self.list_attempts(rollout_id)
+            if any(a.attempt_id == attempt_id and a.status is status for a in attempts):
+                return await self.get_rollout(rollout_id)
+            raise
 
     async def cancel(self, rollout_ids: Sequence[str]) -> list[Rollout]:
         return ROLLOUTS.validate_json(await self._post("/cancel", CancelBody(rollout_ids=list(rollout_ids))))
@@ -165,6 +199,7 @@ class HttpStore:
 
     async def add_spans(self, spans: Sequence[Span]) -> None:
         self._check_open()
+        _rules.check_spans(spans)
         if spans:
             await self._post_spans(spans, spans_json(spans))
 
@@ -187,9 +222,12 @@ class HttpStore:
     # -- resources ----------------------------------------------------------------------------
 
     async def publish_resources(self, items: Mapping[str, JsonValue]) -> Resources:
-        return Resources.model_validate_json(await self._post("/resources", PublishBody(items=dict(items))))
+        _rules.check_resources(items)
+        body = PublishBody(items=dict(items))
+        return Resources.model_validate_json(await self._post("/resources", body, once=True))
 
     async def get_resources(self, version: int | None = None) -> Resources:
+        _rules.check_version(version)
         return Resources.model_validate_json(await self._get("/resources", {"version": version}))
 
     async def stats(self) -> StoreStats:
@@ -219,8 +257,19 @@ class HttpStore:
         query = {key: str(value) for key, value in params.items() if value is not None}
         return await self._request("GET", path, params=query)
 
-    async def _post(self, path: str, body: BaseModel, *, poll: float | None = None) -> bytes:
-        return await self._request("POST", path, content=body.model_dump_json().encode(), poll=poll)
+    async def _post(
+        self,
+        path: str,
+        body: BaseModel,
+        *,
+        poll: float | None = None,
+        once: bool = False,
+        on_retry: Callable[[BaseException], None] | None = None,
+    ) -> bytes:
+        """POST ``body``; ``once`` gives the call a request id, for endpoints that must not act twice."""
+        headers = {_wire.REQUEST_ID_HEADER: new_id("req")} if once else None
+        content = body.model_dump_json().encode()
+        return await self._request("POST", path, content=content, poll=poll, headers=headers, on_retry=on_retry)
 
     async def _request(
         self,
@@ -230,13 +279,28 @@ class HttpStore:
         content: bytes | None = None,
         params: Mapping[str, str] | None = None,
         poll: float | None = None,
+        headers: Mapping[str, str] | None = None,
+        on_retry: Callable[[BaseException], None] | None = None,
     ) -> bytes:
         self._check_open()
         timeout = self.timeout + (poll or 0.0)
-        try:
-            response = await self._client.request(method, path, content=content, params=params, timeout=timeout)
-        except httpx.TransportError as error:
-            raise StoreError(f"could not reach the store server at {self.url}: {error!r}") from error
-        if response.is_success:
-            return response.content
-        raise _wire.error_from_reply(response.status_code, response.content, self.url)
+
+        async def once() -> bytes:
+            self._check_open()
+            try:
+                response = await self._client.request(
+                    method, path, content=content, params=params, headers=headers, timeout=timeout
+                )
+            except httpx.TransportError as error:
+                raise StoreUnavailableError(f"could not reach the store server at {self.url}: {error!r}") from error
+            if response.is_success:
+                return response.content
+            raise _wire.error_from_reply(response.status_code, response.content, self.url)
+
+        return await retry_async(
+            once,
+            policy=self.retry,
+            transient=lambda error: isinstance(error, StoreUnavailableError),
+            what=f"{method} {self.url}{_wire.PREFIX}{path}",
+            on_retry=on_retry,
+        )

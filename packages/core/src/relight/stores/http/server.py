@@ -35,11 +35,13 @@ from pydantic import ValidationError
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from relight._server import SERVER_KEEP_ALIVE_SECONDS
 from relight.errors import ConfigError, RelightError, StoreError
 from relight.models import Mode, RolloutStatus, Span
 from relight.store import Store
 from relight.stores._json import spans_json
 from relight.stores.http import _wire
+from relight.stores.http._once import RequestMemory
 from relight.stores.http._wire import (
     ATTEMPTS,
     CLAIMED,
@@ -79,12 +81,18 @@ def create_app(
     app.add_exception_handler(RelightError, _store_error)
     app.add_exception_handler(RequestValidationError, _invalid_request)
     app.add_exception_handler(_ClientLeft, _nobody_to_answer)
+    app.add_exception_handler(RecursionError, _too_deep)
+    app.add_exception_handler(Exception, _internal_error)
     app.add_middleware(_Guard, token=token, max_body_bytes=max_body_bytes)
     return app
 
 
 def _routes(store: Store, max_poll_seconds: float) -> APIRouter:
     api = APIRouter(prefix=_wire.PREFIX)
+    memory = RequestMemory()
+
+    def request_id(request: Request) -> str | None:
+        return request.headers.get(_wire.REQUEST_ID_HEADER)
 
     @api.post("/rollouts")
     async def enqueue(body: EnqueueBody) -> Response:
@@ -111,14 +119,19 @@ def _routes(store: Store, max_poll_seconds: float) -> APIRouter:
 
     @api.post("/claim")
     async def claim(body: ClaimBody, request: Request) -> Response:
-        claiming = store.claim(
-            body.worker_id,
-            lease_seconds=body.lease_seconds,
-            timeout=min(body.timeout, max_poll_seconds),
-            mode=body.mode,
-        )
-        claimed = await _unless_disconnected(request, claiming)
-        return _reply(CLAIMED.dump_json(None if claimed is None else Claimed(rollout=claimed[0], attempt=claimed[1])))
+        async def act() -> Response:
+            claiming = store.claim(
+                body.worker_id,
+                lease_seconds=body.lease_seconds,
+                timeout=min(body.timeout, max_poll_seconds),
+                mode=body.mode,
+            )
+            claimed = await _unless_disconnected(request, claiming)
+            return _reply(
+                CLAIMED.dump_json(None if claimed is None else Claimed(rollout=claimed[0], attempt=claimed[1]))
+            )
+
+        return await memory.once(request_id(request), act)
 
     @api.post("/heartbeat")
     async def heartbeat(body: HeartbeatBody) -> Response:
@@ -126,9 +139,12 @@ def _routes(store: Store, max_poll_seconds: float) -> APIRouter:
         return _reply(attempt.model_dump_json())
 
     @api.post("/finish")
-    async def finish_attempt(body: FinishBody) -> Response:
-        rollout = await store.finish_attempt(body.rollout_id, body.attempt_id, body.status, error=body.error)
-        return _reply(rollout.model_dump_json())
+    async def finish_attempt(body: FinishBody, request: Request) -> Response:
+        async def act() -> Response:
+            rollout = await store.finish_attempt(body.rollout_id, body.attempt_id, body.status, error=body.error)
+            return _reply(rollout.model_dump_json())
+
+        return await memory.once(request_id(request), act)
 
     @api.post("/cancel")
     async def cancel(body: CancelBody) -> Response:
@@ -150,8 +166,11 @@ def _routes(store: Store, max_poll_seconds: float) -> APIRouter:
         return _reply(spans_json(await store.query_spans(rollout_id, attempt_id)))
 
     @api.post("/resources")
-    async def publish_resources(body: PublishBody) -> Response:
-        return _reply((await store.publish_resources(body.items)).model_dump_json())
+    async def publish_resources(body: PublishBody, request: Request) -> Response:
+        async def act() -> Response:
+            return _reply((await store.publish_resources(body.items)).model_dump_json())
+
+        return await memory.once(request_id(request), act)
 
     @api.get("/resources")
     async def get_resources(version: Annotated[int | None, Query(ge=0)] = None) -> Response:
@@ -221,6 +240,16 @@ async def _store_error(request: Request, error: Exception) -> Response:
 async def _nobody_to_answer(request: Request, error: Exception) -> Response:
     """An answer the server drops (the connection is gone), so the abandoned poll ends as a normal request."""
     return Response(status_code=499)
+
+
+async def _too_deep(request: Request, error: Exception) -> Response:
+    detail = "body: the JSON nests too deeply to parse"
+    return Response(_wire.error_body("ValidationError", detail), status_code=400, media_type=_JSON)
+
+
+async def _internal_error(request: Request, error: Exception) -> Response:
+    """Anything unforeseen still answers in the API's JSON shape (its traceback goes to the server's log)."""
+    return Response(_wire.error_body("InternalError", repr(error)), status_code=500, media_type=_JSON)
 
 
 async def _invalid_request(request: Request, error: Exception) -> Response:
@@ -330,6 +359,7 @@ def _prepare(
         log_level="warning",
         access_log=False,
         lifespan="off",
+        timeout_keep_alive=SERVER_KEEP_ALIVE_SECONDS,
         timeout_graceful_shutdown=_GRACE_SECONDS,
     )
     sock = _listen(host, port)
