@@ -54,6 +54,9 @@ class Generation:
     finish_reason: Literal["stop", "length", "tool_calls"]
     model: str
     policy_version: int | None = None
+    """The version of the weights that sampled it: the oldest, when an update landed mid-call."""
+    policy_version_segments: list[tuple[int, int]] | None = None
+    """``[(first_token, version), …]`` when more than one version sampled the response; None otherwise."""
     tool_calls: list[dict[str, JsonValue]] | None = None
     """OpenAI-style ``tool_calls`` entries (``{"id", "type": "function", "function": {"name", "arguments"}}``)."""
 

@@ -33,6 +33,7 @@ from rich.table import Table
 from relight._server import AsgiServer
 from relight.agent import Agent
 from relight.algorithm import Algorithm, UpstreamTarget
+from relight.asynchronous import AsyncOptions, AsyncTraining, LoopHooks
 from relight.errors import ConfigError
 from relight.gateway import Gateway, OpenAIUpstream, Retokenizer, Upstream
 from relight.models import Mode, Resources, Rollout, RolloutRequest, RolloutStatus, SpanKind, Transition
@@ -102,6 +103,9 @@ class Trainer:
             ``fit()`` fails once none is left.
         checkpoint_dir: where ``algorithm.save`` writes after each step (``step-<n>``, every one kept);
             by default the run folder's ``checkpoints/``, which keeps the last two.
+        max_staleness: None trains synchronously; ``k`` trains asynchronously, never on a transition
+            more than ``k`` policy versions behind (see :mod:`relight.asynchronous`; 0 behaves as synchronous).
+        group_timeout: in asynchronous training, seconds after which an unfinished group is cancelled.
         gateway: how the gateway listens and retokenizes.
         console: where tables and progress go.
         run_dir: the run folder of ``fit`` (see :mod:`relight.runfolder`); ``runs/<date>-<time>`` by default.
@@ -128,6 +132,8 @@ class Trainer:
         heartbeat_seconds: float | None = None,
         max_runner_restarts: int = 3,
         checkpoint_dir: str | Path | None = None,
+        max_staleness: int | None = None,
+        group_timeout: float | None = None,
         gateway: GatewayOptions | None = None,
         console: Console | None = None,
         run_dir: str | Path | None = None,
@@ -152,6 +158,8 @@ class Trainer:
         self.heartbeat_seconds = heartbeat_seconds
         self.max_runner_restarts = max_runner_restarts
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
+        self.max_staleness = max_staleness
+        self.group_timeout = group_timeout
         self.gateway_options: GatewayOptions = gateway or {}
         self.console = console or Console()
         self.run_dir = Path(run_dir) if run_dir is not None else None
@@ -192,22 +200,37 @@ class Trainer:
                     history.append(await self._validate(loop, val_dataset, resources, step=0))
                     run.record("val", history[-1])
                 step = 0
-                for epoch in range(self.epochs):
+
+                async def finish_step(metrics: dict[str, float], resources: Resources) -> dict[str, float]:
+                    """After an update: checkpoint, the metrics file, validation on schedule."""
+                    step = int(metrics["step"])
+                    await asyncio.to_thread(algorithm.save, checkpoints / f"step-{step}")
+                    if self.checkpoint_dir is None:
+                        run.prune_checkpoints()
+                    run.record("train", metrics)
+                    if val_dataset and self.val_every and step % self.val_every == 0:
+                        validation = await self._validate(loop, val_dataset, resources, step)
+                        run.record("val", validation)
+                        metrics |= validation
+                    return metrics
+
+                if self.max_staleness is not None:
+                    hooks = LoopHooks(
+                        publish=lambda: self._publish(loop, algorithm),
+                        returns=lambda rollouts: self._returns(loop.store, rollouts),
+                        finish_step=finish_step,
+                        report=self.progress.step,
+                    )
+                    step, resources, steps = await self._fit_async(loop, algorithm, train_dataset, resources, hooks)
+                    history += steps
+                for epoch in range(self.epochs if self.max_staleness is None else 0):
                     for start in range(0, len(train_dataset), self.batch_size):
                         step += 1
                         batch = train_dataset[start : start + self.batch_size]
                         metrics = await self._train_step(loop, algorithm, batch, resources, step)
                         metrics["epoch"] = epoch
                         resources = await self._publish(loop, algorithm)
-                        await asyncio.to_thread(algorithm.save, checkpoints / f"step-{step}")
-                        if self.checkpoint_dir is None:
-                            run.prune_checkpoints()
-                        run.record("train", metrics)
-                        if val_dataset and self.val_every and step % self.val_every == 0:
-                            validation = await self._validate(loop, val_dataset, resources, step)
-                            run.record("val", validation)
-                            metrics |= validation
-                        history.append(metrics)
+                        history.append(await finish_step(metrics, resources))
                         self.progress.step(metrics)
                 if val_dataset and not (self.val_every and step % self.val_every == 0):
                     history.append(await self._validate(loop, val_dataset, resources, step))
@@ -268,6 +291,26 @@ class Trainer:
             "time_rollouts_s": rolled - began,
             "time_update_s": updated - rolled,
         }
+
+    async def _fit_async(
+        self,
+        loop: _Loop,
+        algorithm: Algorithm,
+        dataset: Sequence[JsonValue],
+        resources: Resources,
+        hooks: LoopHooks,
+    ) -> tuple[int, Resources, list[dict[str, float]]]:
+        assert self.max_staleness is not None
+        options = AsyncOptions(
+            max_staleness=self.max_staleness,
+            batch_size=self.batch_size,
+            n_samples=self.n_samples,
+            epochs=self.epochs,
+            max_attempts=self.max_attempts,
+            group_timeout=self.group_timeout,
+        )
+        training = AsyncTraining(loop.store, loop.gateway, algorithm, self.transitions, options, hooks)
+        return await training.run(dataset, resources, self.console)
 
     async def _validate(
         self, loop: _Loop, dataset: Sequence[JsonValue], resources: Resources, step: int

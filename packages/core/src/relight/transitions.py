@@ -169,7 +169,7 @@ class TransitionBuilder:
             mode=rollout.mode,
             span_id=item.span.span_id,
             retokenized=attributes.get(semconv.RETOKENIZED) is True,
-            metadata={"response_id": attributes.get(semconv.GEN_AI_RESPONSE_ID)},
+            metadata=_metadata(attributes),
         )
 
 
@@ -184,6 +184,14 @@ def role_matches(roles: RoleFilter, role: str | None) -> bool:
     if isinstance(roles, re.Pattern):
         return roles.search(role) is not None
     return role in roles
+
+
+def _metadata(attributes: dict[str, JsonValue]) -> dict[str, JsonValue]:
+    """The call's response id and, for a call an update landed in, which version sampled which tokens."""
+    metadata: dict[str, JsonValue] = {"response_id": attributes.get(semconv.GEN_AI_RESPONSE_ID)}
+    if semconv.POLICY_VERSION_SEGMENTS in attributes:
+        metadata["policy_version_segments"] = attributes[semconv.POLICY_VERSION_SEGMENTS]
+    return metadata
 
 
 def _join(llm_spans: Sequence[Span], role_spans: Sequence[Span]) -> list[_Joined]:

@@ -8,10 +8,12 @@ on from, served all along by the same engine.
 from __future__ import annotations
 
 import asyncio
+import copy
 import functools
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -31,14 +33,22 @@ class PolicyAlgorithm:
     """The :class:`relight.Algorithm` members every relight-torch algorithm has; subclasses add ``update``.
 
     Args:
-        engine: Serves the policy; the algorithm trains ``engine.model`` in place.
+        engine: Serves the policy; the algorithm trains ``engine.model`` in place, unless ``live_updates``.
+        live_updates: Train a copy of the model and swap the new weights into the engine between two of
+            its generation steps (:meth:`~relight_torch.engine.TorchEngine.load_weights`), so serving never
+            stops for an update: what asynchronous training (``Trainer(max_staleness=k)``) wants. Costs a
+            second copy of the weights.
         seed: Seeds :attr:`rng`, the algorithm's own randomness (batch order), kept in checkpoints.
         learner_options: For the :class:`~relight_torch.learner.Learner` (``lr``, ``token_budget``, …).
     """
 
-    def __init__(self, engine: TorchEngine, *, seed: int = 0, **learner_options: Any) -> None:
+    def __init__(
+        self, engine: TorchEngine, *, live_updates: bool = False, seed: int = 0, **learner_options: Any
+    ) -> None:
         self.engine = engine
-        self.learner = Learner(engine.model, pad_id=engine.pad_id, **learner_options)
+        self.live_updates = live_updates
+        trained = copy.deepcopy(engine.model) if live_updates else engine.model
+        self.learner = Learner(trained, pad_id=engine.pad_id, **learner_options)
         self.rng = random.Random(seed)
         self._learner_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="relight-torch-learner")
 
@@ -49,6 +59,16 @@ class PolicyAlgorithm:
         over a pool's threads grew the process by hundreds of MB per thread.
         """
         return await asyncio.get_running_loop().run_in_executor(self._learner_thread, functools.partial(work, *args))
+
+    @contextmanager
+    def changing_weights(self) -> Iterator[None]:
+        """Around an update: the engine serves the new weights, one version up, once the block ends."""
+        if not self.live_updates:
+            with self.engine.updating_weights():
+                yield
+            return
+        yield
+        self.engine.load_weights(self.learner.model)
 
     @property
     def model(self) -> str:
@@ -83,4 +103,6 @@ class PolicyAlgorithm:
         state = load_checkpoint(directory, model=self.engine.model, generators={"engine": self.engine.generator})
         self.learner.load_state_dict(state["learner"])
         self.engine.policy_version = int(state["policy_version"])
+        if self.live_updates:
+            self.learner.model.load_state_dict(self.engine.model.state_dict())
         self.rng.setstate(state["rng"])

@@ -7,8 +7,16 @@ apart), samples the whole batch with one forward pass per token (left-padded pro
 cache, finished rows dropped as they finish) and hands each caller its result. The window
 matters: requests reach the engine one by one through HTTP and the event loop, and a worker
 that started on the first would run batches of one while the rest queue behind it.
-A batch runs under one set of weights: :meth:`TorchEngine.updating_weights` holds new batches
-while the trainer changes the weights and then raises the policy version.
+The weights change only between two generation steps (one forward pass of the batch):
+:meth:`TorchEngine.updating_weights` (training in place) and :meth:`TorchEngine.load_weights`
+(swapping in weights trained elsewhere) take the lock each step holds, then raise the policy version.
+
+A call that spans an update is resumed on the new weights, never lost or restarted: its prompt and
+the tokens sampled so far are prefilled again under the new weights (the old KV cache belongs to the
+old policy) and sampling goes on. Each token's logprob is that of the policy that sampled it, so the
+behaviour logprobs stay exact; the generation's ``policy_version_segments`` says which version
+sampled which tokens (``[(first_token, version), …]``, set only when there is more than one) and its
+``policy_version`` is the oldest of them, the one a trainer's staleness rule must count.
 
 Logprobs are those of the model at temperature 1, computed exactly as
 :func:`relight_torch.packing.response_logprobs` computes them for training, whatever the request's
@@ -47,6 +55,9 @@ class Sampled:
     logprobs: list[float]
     finish: Literal["stop", "length"]
     policy_version: int
+    """The version that sampled the first token (the oldest)."""
+    segments: list[tuple[int, int]] | None = None
+    """``[(first_token, version), …]`` when an update landed mid-call; None when one version sampled it all."""
 
 
 @dataclass(eq=False)
@@ -61,6 +72,7 @@ class _Row:
     response_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     finish: Literal["stop", "length"] | None = None
+    segments: list[tuple[int, int]] = field(default_factory=list[tuple[int, int]])
 
 
 class TorchEngine:
@@ -101,7 +113,7 @@ class TorchEngine:
         self._eos_ids = _eos_ids(model, tokenizer)
         self.generator = torch.Generator().manual_seed(seed)
         """Samples for requests that bring no seed; checkpoints keep its state."""
-        self._weights = threading.Lock()
+        self._weights = _Gate()
         self._queue: queue.SimpleQueue[_Row | None] = queue.SimpleQueue()
         self._worker: threading.Thread | None = None
         self._start_lock = threading.Lock()
@@ -142,6 +154,7 @@ class TorchEngine:
             finish_reason=finish_reason,
             model=self.name,
             policy_version=sampled.policy_version,
+            policy_version_segments=sampled.segments,
             tool_calls=tool_calls,
         )
 
@@ -182,9 +195,17 @@ class TorchEngine:
 
     @contextmanager
     def updating_weights(self) -> Iterator[None]:
-        """Hold new batches while the weights change (waiting for the running one); the version rises on exit."""
-        with self._weights:
+        """Hold generation between two steps while the weights change in place; the version rises on exit."""
+        with self._weights.update():
             yield
+            self.policy_version += 1
+
+    def load_weights(self, source: torch.nn.Module) -> None:
+        """Copy ``source``'s weights (the same architecture, trained elsewhere) into the served model, between
+        two generation steps, and raise the policy version: an update without a stop."""
+        with self._weights.update(), torch.no_grad():
+            for served, trained in zip(self.model.parameters(), source.parameters(), strict=True):
+                served.copy_(trained)
             self.policy_version += 1
 
     def close(self) -> None:
@@ -233,34 +254,55 @@ class TorchEngine:
 
     def _run(self, rows: list[_Row]) -> None:
         try:
-            with self._weights, torch.inference_mode():
-                version = self.policy_version
+            with torch.inference_mode():
                 self._sample(rows)
-                self.batches += 1
-                self.rows += len(rows)
+            self.batches += 1
+            self.rows += len(rows)
         except Exception as error:
             for row in rows:
                 row.future.set_exception(error)
             return
         for row in rows:
-            row.future.set_result(Sampled(row.response_ids, row.logprobs, row.finish or "length", version))
+            segments = row.segments if len(row.segments) > 1 else None
+            finish = row.finish or "length"
+            row.future.set_result(Sampled(row.response_ids, row.logprobs, finish, row.segments[0][1], segments))
 
     def _sample(self, rows: list[_Row]) -> None:
+        """Sample the batch one forward pass at a time, each under the weights lock (see the module's docstring)."""
         device = self.model.device
-        input_ids, mask = left_pad([row.prompt_ids for row in rows], pad_id=self.pad_id, device=device)
-        cache = DynamicCache()
-        output = self.model(
-            input_ids=input_ids,
-            attention_mask=mask,
-            position_ids=positions(mask),
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
-        next_position = mask.sum(-1)
         active = rows
+        version: int | None = None
+        cache = DynamicCache()
+        mask = tokens = next_position = torch.empty(0, dtype=torch.long, device=device)
         while True:
-            tokens, logprobs = self._next_tokens(output.logits[:, -1].float(), active)
+            with self._weights.step():
+                if version != self.policy_version:
+                    version = self.policy_version
+                    for row in active:
+                        row.segments.append((len(row.response_ids), version))
+                    sequences = [row.prompt_ids + row.response_ids for row in active]
+                    input_ids, mask = left_pad(sequences, pad_id=self.pad_id, device=device)
+                    cache = DynamicCache()
+                    output = self.model(
+                        input_ids=input_ids,
+                        attention_mask=mask,
+                        position_ids=positions(mask),
+                        past_key_values=cache,
+                        use_cache=True,
+                        logits_to_keep=1,
+                    )
+                    next_position = mask.sum(-1)
+                else:
+                    mask = torch.cat([mask, mask.new_ones(len(active), 1)], dim=1)
+                    output = self.model(
+                        input_ids=tokens.unsqueeze(1),
+                        attention_mask=mask,
+                        position_ids=next_position.unsqueeze(1),
+                        past_key_values=cache,
+                        use_cache=True,
+                    )
+                    next_position = next_position + 1
+                tokens, logprobs = self._next_tokens(output.logits[:, -1].float(), active)
             steps = zip(active, tokens.tolist(), logprobs.tolist(), strict=True)
             keep = [i for i, (row, token, logprob) in enumerate(steps) if self._extend(row, token, logprob)]
             if not keep:
@@ -270,15 +312,6 @@ class TorchEngine:
                 cache.batch_select_indices(index)
                 mask, tokens, next_position = mask[index], tokens[index], next_position[index]
                 active = [active[i] for i in keep]
-            mask = torch.cat([mask, mask.new_ones(len(active), 1)], dim=1)
-            output = self.model(
-                input_ids=tokens.unsqueeze(1),
-                attention_mask=mask,
-                position_ids=next_position.unsqueeze(1),
-                past_key_values=cache,
-                use_cache=True,
-            )
-            next_position = next_position + 1
 
     def _next_tokens(self, logits: torch.Tensor, rows: Sequence[_Row]) -> tuple[torch.Tensor, torch.Tensor]:
         """Each row's next token, and its logprob at temperature 1."""
@@ -316,6 +349,44 @@ class TorchEngine:
 
     def _decode(self, ids: list[int]) -> str:
         return str(self.tokenizer.decode(ids, skip_special_tokens=True))
+
+
+class _Gate:
+    """The weights lock. Generation steps take it one at a time; an update waiting for it goes before the next
+    step, so a long generation cannot hold an update back by re-taking the lock first."""
+
+    def __init__(self) -> None:
+        self.condition = threading.Condition()
+        self.updates_waiting = 0
+        self._held = False
+
+    @contextmanager
+    def step(self) -> Iterator[None]:
+        with self.condition:
+            self.condition.wait_for(lambda: not self._held and self.updates_waiting == 0)
+            self._held = True
+        try:
+            yield
+        finally:
+            self._release()
+
+    @contextmanager
+    def update(self) -> Iterator[None]:
+        with self.condition:
+            self.updates_waiting += 1
+            self.condition.notify_all()
+            self.condition.wait_for(lambda: not self._held)
+            self._held = True
+            self.updates_waiting -= 1
+        try:
+            yield
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        with self.condition:
+            self._held = False
+            self.condition.notify_all()
 
 
 def _nucleus(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:

@@ -3,9 +3,10 @@
 Each transition is one LLM call with the credit the core assigned it (under LightningRL every call
 of an episode carries the episode's reward). Advantages come from :mod:`relight_torch.advantages`,
 then the policy takes PPO's clipped step against the logprobs recorded when the call was sampled,
-with a token-mean loss and an optional KL penalty to the starting policy. The whole update runs
-under :meth:`TorchEngine.updating_weights`, so the engine serves the new weights as soon as it
-returns, under a policy version one higher.
+with a token-mean loss and an optional KL penalty to the starting policy. Samples an older policy
+drew (asynchronous training) are corrected first (:mod:`relight_torch.offpolicy`: decoupled PPO with
+truncated importance sampling). The engine serves the new weights as soon as the update returns,
+under a policy version one higher (trained in place, or swapped in live: see ``live_updates``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from relight_torch.advantages import grpo_advantages, reinforce_pp_advantages
 from relight_torch.engine import TorchEngine
 from relight_torch.learner import Sample
 from relight_torch.objectives import PolicyGradientLoss
+from relight_torch.offpolicy import correct_stale_samples
 
 __all__ = ["GRPO", "Estimator", "UpdateCallback"]
 
@@ -39,6 +41,8 @@ class GRPO(PolicyAlgorithm):
         lr: AdamW's learning rate.
         clip: PPO's ε.
         kl_coef: Weight of a k3 KL penalty to a frozen copy of the starting policy; 0 keeps no copy.
+        tis_cap: The truncation of the importance weights of samples an older policy drew (asynchronous
+            training; see :mod:`relight_torch.offpolicy`); None trains them as if on-policy.
         scale_by_std: GRPO divides by the group's deviation; False is Dr. GRPO.
         mini_batches: Optimizer steps per update, each on a disjoint shuffled part of the batch.
         epochs: Passes over the batch per update.
@@ -56,6 +60,7 @@ class GRPO(PolicyAlgorithm):
         lr: float = 2e-4,
         clip: float = 0.2,
         kl_coef: float = 0.0,
+        tis_cap: float | None = 2.0,
         scale_by_std: bool = True,
         mini_batches: int = 1,
         epochs: int = 1,
@@ -74,6 +79,7 @@ class GRPO(PolicyAlgorithm):
         )
         self.estimator = estimator
         self.scale_by_std = scale_by_std
+        self.tis_cap = tis_cap
         self.mini_batches = mini_batches
         self.epochs = epochs
         self.callbacks = list(callbacks)
@@ -93,8 +99,13 @@ class GRPO(PolicyAlgorithm):
         if not trainable:
             raise ValueError(f"none of the {len(transitions)} transitions has response tokens to train on")
         samples = self.samples(trainable)
+        correction: dict[str, float] = {}
+        if self.tis_cap is not None:
+            samples, correction = correct_stale_samples(
+                samples, trainable, self.learner, version=self.policy_version, cap=self.tis_cap
+            )
         steps: list[dict[str, float]] = []
-        with self.engine.updating_weights():
+        with self.changing_weights():
             for _ in range(self.epochs):
                 order = list(range(len(samples)))
                 self.rng.shuffle(order)
@@ -110,6 +121,7 @@ class GRPO(PolicyAlgorithm):
             "advantage_abs_mean": statistics.fmean(abs(s.advantage) for s in samples),
             "response_tokens_mean": statistics.fmean(len(t.response_token_ids) for t in trainable),
             "off_policy_transitions": float(sum(t.policy_version != self.policy_version - 1 for t in trainable)),
+            **correction,
         }
         return metrics
 

@@ -29,6 +29,8 @@ class Sample:
     advantage: float = 0.0
     old_logprobs: Sequence[float] | None = None
     """Per-token logprobs of the policy that sampled the response; ``None`` means the current policy's."""
+    weights: Sequence[float] | None = None
+    """Per-token weights of the policy-gradient term (truncated importance weights of a stale sample); None is 1."""
 
 
 TokenLoss = Callable[[torch.Tensor, PackedBatch, Sequence[Sample]], tuple[torch.Tensor, dict[str, float]]]

@@ -50,7 +50,7 @@ class PolicyGradientLoss:
         advantages = advantages.unsqueeze(1)
         ratio = torch.exp(logprobs - old)
         clipped = ratio.clamp(1 - self.clip, 1 + self.clip)
-        per_token = -torch.minimum(ratio * advantages, clipped * advantages)
+        per_token = -torch.minimum(ratio * advantages, clipped * advantages) * _weights(samples, logprobs)
         stats = {
             "clip_fraction": float(((ratio - clipped).abs() > 0).to(mask.dtype).mul(mask).sum()),
             "ratio": float((ratio.detach() * mask).sum()),
@@ -63,6 +63,17 @@ class PolicyGradientLoss:
             per_token = per_token + self.kl_coef * kl
             stats["kl"] = float((kl.detach() * mask).sum())
         return (per_token * mask).sum(), stats
+
+
+def _weights(samples: Sequence[Sample], logprobs: torch.Tensor) -> torch.Tensor | float:
+    """Each token's importance weight, shaped like ``logprobs``; 1.0 when no sample has any."""
+    if all(sample.weights is None for sample in samples):
+        return 1.0
+    weights = torch.ones_like(logprobs)
+    for row, sample in enumerate(samples):
+        if sample.weights is not None:
+            weights[row, : len(sample.weights)] = torch.tensor(sample.weights, dtype=weights.dtype)
+    return weights
 
 
 def _old_logprobs(samples: Sequence[Sample], logprobs: torch.Tensor) -> torch.Tensor:

@@ -113,7 +113,7 @@ class SFT(PolicyAlgorithm):
         )
         losses: list[float] = []
         try:
-            with self.engine.updating_weights():
+            with self.changing_weights():
                 for step in range(steps):
                     batch = self.rng.choices(samples, k=batch_size)
                     losses.append(self.learner.update(batch, negative_log_likelihood)["loss"])
@@ -134,7 +134,7 @@ class SFT(PolicyAlgorithm):
         return {**metrics, "sft_samples": float(len(samples))}
 
     def _step(self, samples: Sequence[Sample]) -> dict[str, float]:
-        with self.engine.updating_weights():
+        with self.changing_weights():
             return self.learner.update(samples, negative_log_likelihood)
 
     def loss(self, samples: Sequence[Sample]) -> float:

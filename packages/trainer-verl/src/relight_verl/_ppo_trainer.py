@@ -45,6 +45,7 @@ from verl.utils.debug import marked_timer
 from verl.utils.metric import reduce_metrics
 
 from relight_verl.advantages import compute_advantages
+from relight_verl.asynchronous import correct_off_policy
 
 with warnings.catch_warnings():
     # Import-time notices from verl itself (a Ray API Ray marks deprecated, optional engines such as
@@ -136,6 +137,8 @@ class RelightPPOTrainer(RayPPOTrainer):
                 self._balance_batch(batch, metrics=metrics)
             if recompute_old_log_probs or "old_log_probs" not in batch.batch:
                 batch = self._recompute_old_log_probs(batch, metrics, timing)
+                batch, correction = correct_off_policy(batch, config.algorithm)  # asynchronous training's TIS
+                metrics.update(correction)
             if self.use_reference_policy:
                 with marked_timer(str(Role.RefPolicy), timing):
                     batch = batch.union(self._compute_ref_log_prob(batch))

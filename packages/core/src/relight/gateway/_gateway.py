@@ -381,7 +381,7 @@ def for_client(answer: Json, request: Json, response_id: str) -> Json | None:
     stream_options: Json = request.get("stream_options") or {}
     if request.get("stream") and not choices and not stream_options.get("include_usage"):
         return None
-    shaped = {key: value for key, value in answer.items() if key != "policy_version"}
+    shaped = {key: value for key, value in answer.items() if key not in ("policy_version", "policy_version_segments")}
     shaped["id"] = response_id
     keep_ids = bool(request.get("return_token_ids"))
     wants_logprobs = request.get("logprobs") not in (None, False)

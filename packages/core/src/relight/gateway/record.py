@@ -10,7 +10,7 @@ import json
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from pydantic import JsonValue
 
@@ -58,6 +58,7 @@ class Exchange:
     response_id: str
     upstream: str = ""
     policy_version: int | None = None
+    policy_version_segments: list[list[int]] | None = None
     trace_parent: TraceParent | None = None
     started_ns: int = field(default_factory=time.time_ns)
     model: str | None = None
@@ -80,6 +81,8 @@ class Exchange:
             self.prompt_token_ids = list(answer["prompt_token_ids"])
         if answer.get("policy_version") is not None:
             self.policy_version = int(answer["policy_version"])
+        if answer.get("policy_version_segments"):
+            self.policy_version_segments = [[int(i), int(v)] for i, v in answer["policy_version_segments"]]
         if answer.get("usage"):
             self.usage = answer["usage"]
         for choice in answer.get("choices") or ():
@@ -173,6 +176,8 @@ class Exchange:
             attributes[semconv.GEN_AI_TOOL_DEFINITIONS] = json.dumps(self.request["tools"])
         if self.policy_version is not None:
             attributes[semconv.POLICY_VERSION] = self.policy_version
+        if self.policy_version_segments:
+            attributes[semconv.POLICY_VERSION_SEGMENTS] = cast(list[JsonValue], self.policy_version_segments)
         if self.upstream_status is not None:
             attributes[semconv.UPSTREAM_STATUS] = self.upstream_status
         if self.error is None:

@@ -274,6 +274,8 @@ def _engine_response(endpoint: Endpoint, generation: Generation) -> Json:
     response: Json = {"created": int(time.time()), "model": generation.model, "usage": usage}
     if generation.policy_version is not None:
         response["policy_version"] = generation.policy_version
+    if generation.policy_version_segments:
+        response["policy_version_segments"] = [list(segment) for segment in generation.policy_version_segments]
     if endpoint == "chat":
         message: Json = {"role": "assistant", "content": generation.text or None}
         if generation.tool_calls:
@@ -308,7 +310,7 @@ def _as_chunks(endpoint: Endpoint, response: Json) -> list[Json]:
     """A whole response cut into the stream chunks a vLLM server would have sent."""
     (choice,) = response["choices"]
     head = {key: response[key] for key in ("id", "created", "model") if key in response}
-    extra = {"policy_version": response["policy_version"]} if "policy_version" in response else {}
+    extra = {key: response[key] for key in ("policy_version", "policy_version_segments") if key in response}
     if endpoint == "completions":
         return [
             {**head, **extra, "object": "text_completion", "choices": [choice]},

@@ -2,12 +2,16 @@
 
 relight hands it ``llm`` (the gateway's base URL for this attempt, an API key and the model
 name); everything else is what one would write without relight. The task says how to sample
-(``temperature``), so the same agent serves training (sampling) and evaluation (greedy).
+(``temperature``), so the same agent serves training (sampling) and evaluation (greedy), and may
+say how slow the tool is (``tool_seconds``: each call then takes a random 0 to that many seconds, as
+a remote tool would; ``benchmarks/async_training.py`` uses it to give rollouts a long tail).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import random
 import ssl
 from typing import Any
 
@@ -45,6 +49,8 @@ async def calculator_agent(task: dict[str, Any], llm: relight.LLM) -> float:
                 return answer_reward(message.content, task["answer"])
             messages.append(message.model_dump(exclude_none=True))
             for call in message.tool_calls:
+                if task.get("tool_seconds"):
+                    await asyncio.sleep(random.uniform(0.0, task["tool_seconds"]))
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": _run_tool(call)})
     return 0.0
 

@@ -1,0 +1,169 @@
+"""Synchronous against asynchronous training (``max_staleness`` 1 and 2) for the same number of samples.
+
+The demo's calculator task on the tiny Llama after a short SFT warm start, through the whole stack
+(``relight.Trainer``, SQLite store, runner, gateway, in-process engine, GRPO), with an agent whose
+calculator takes a random 0–200 ms (``tool_seconds``), so rollouts have a long tail. Every mode
+starts from the same warm-started weights and seed and trains on the same tasks:
+
+- synchronous: ``Trainer()``; each step waits for its slowest rollout, then updates with the gateway paused.
+- ``k=1``, ``k=2``: ``Trainer(max_staleness=k)`` with ``GRPO(live_updates=True)``: rollouts keep
+  running while a copy of the weights is trained, which the engine swaps in between generation steps;
+  stale samples get decoupled PPO with truncated importance weights (the default ``tis_cap``).
+
+Columns: wall seconds of training (to the last update), samples (rollouts trained on) per second,
+the learner's idle fraction (waiting for a batch), samples dropped for staleness, and the final
+greedy reward on held-out questions.
+
+    python benchmarks/async_training.py            # a table
+    python benchmarks/async_training.py --json     # one JSON object per line
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import io
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+import relight
+from relight_torch.demo.agent import calculator_agent
+from relight_torch.demo.calculator import problems
+from relight_torch.demo.run import Recipe, warm_start
+from relight_torch.engine import TorchEngine
+from relight_torch.grpo import GRPO
+from relight_torch.tiny import tiny_engine
+
+TOOL_SECONDS = 0.2
+
+
+async def train(
+    warm: dict[str, torch.Tensor], recipe: Recipe, max_staleness: int | None, store_path: Path
+) -> dict[str, Any]:
+    """One training run from the warm-started weights; ``max_staleness`` None is synchronous."""
+    with tiny_engine(seed=recipe.seed) as engine:
+        engine.model.load_state_dict(warm)
+        updates: list[float] = []
+        algorithm = GRPO(
+            engine,
+            lr=recipe.lr,
+            clip=recipe.clip,
+            seed=recipe.seed,
+            live_updates=max_staleness is not None,
+            callbacks=[lambda transitions, metrics: updates.append(time.perf_counter())],
+        )
+        store = relight.open_store(f"sqlite:///{store_path}")
+        in_flight = recipe.tasks_per_iteration * recipe.samples_per_task * ((max_staleness or 0) + 1)
+        trainer = relight.Trainer(
+            algorithm,
+            store=store,
+            batch_size=recipe.tasks_per_iteration,
+            n_samples=recipe.samples_per_task,
+            concurrency=in_flight,
+            max_staleness=max_staleness,
+            console=Console(file=io.StringIO()),
+        )
+        count = recipe.iterations * recipe.tasks_per_iteration
+        tasks = [
+            {**p.as_task(), "temperature": 1.0, "tool_seconds": TOOL_SECONDS}
+            for p in problems(count, seed=recipe.seed + 1)
+        ]
+        val = [{**p.as_task(), "temperature": 0.0} for p in problems(recipe.eval_tasks, seed=10_000, split="eval")]
+        began = time.perf_counter()
+        try:
+            history = await trainer.afit(calculator_agent, tasks, val)
+        finally:
+            await store.close()
+    steps = [row for row in history if "reward_mean" in row]
+    wall = updates[-1] - began
+    samples = sum(row["rollouts"] for row in steps)
+    if max_staleness is None:
+        idle = sum(row["time_rollouts_s"] for row in steps) / wall
+        dropped = 0.0
+    else:
+        idle = steps[-1]["learner_idle_fraction"]
+        dropped = steps[-1]["groups_dropped_stale"] * recipe.samples_per_task
+    return {
+        "benchmark": "async_training",
+        "mode": "sync" if max_staleness is None else f"k={max_staleness}",
+        "updates": len(steps),
+        "samples": samples,
+        "wall_s": round(wall, 2),
+        "samples_per_s": round(samples / wall, 2),
+        "learner_idle_fraction": round(idle, 3),
+        "samples_dropped_stale": dropped,
+        "train_reward_mean": round(sum(row["reward_mean"] for row in steps[-3:]) / len(steps[-3:]), 3),
+        "final_eval_reward": round(history[-1]["val_reward_mean"], 3),
+    }
+
+
+def warm_weights(recipe: Recipe) -> dict[str, torch.Tensor]:
+    """The demo's SFT warm start, once: every mode starts from these weights."""
+    engine: TorchEngine
+    with tiny_engine(seed=recipe.seed) as engine:
+        warm_start(engine, recipe, Console(file=io.StringIO()))
+        return copy.deepcopy(engine.model.state_dict())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--iterations", type=int, default=8, help="updates per mode (default 8)")
+    parser.add_argument("--tasks", type=int, default=8, help="tasks per update (default 8)")
+    parser.add_argument("--samples", type=int, default=8, help="samples per task (default 8)")
+    parser.add_argument("--sft-steps", type=int, default=150, help="warm-start steps (default 150)")
+    parser.add_argument("--eval-tasks", type=int, default=64, help="held-out greedy evaluation tasks (default 64)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
+    args = parser.parse_args()
+    console = Console(stderr=args.json)
+    recipe = Recipe(
+        seed=args.seed,
+        iterations=args.iterations,
+        tasks_per_iteration=args.tasks,
+        samples_per_task=args.samples,
+        sft_steps=args.sft_steps,
+        eval_tasks=args.eval_tasks,
+    )
+    results: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as scratch:
+        with console.status("SFT warm start…"):
+            warm = warm_weights(recipe)
+        for k in (None, 1, 2):
+            with console.status(f"training, {'synchronous' if k is None else f'max_staleness={k}'}…"):
+                results.append(asyncio.run(train(warm, recipe, k, Path(scratch) / f"store-{k}.db")))
+            if args.json:
+                print(json.dumps(results[-1]), flush=True)
+    if args.json:
+        return
+    table = Table(
+        title=f"async training: {recipe.iterations} updates × {recipe.tasks_per_iteration} tasks × "
+        f"{recipe.samples_per_task} samples, tool 0–{TOOL_SECONDS * 1000:.0f} ms (tiny Llama, CPU)",
+        title_justify="left",
+    )
+    columns = ("mode", "wall s", "samples/s", "speed-up", "learner idle", "dropped", "final eval reward")
+    for column in columns:
+        table.add_column(column, justify="left" if column == "mode" else "right")
+    base = results[0]["samples_per_s"]
+    for row in results:
+        table.add_row(
+            row["mode"],
+            f"{row['wall_s']:.1f}",
+            f"{row['samples_per_s']:.2f}",
+            f"{row['samples_per_s'] / base:.2f}×",
+            f"{row['learner_idle_fraction']:.0%}",
+            f"{row['samples_dropped_stale']:.0f}",
+            f"{row['final_eval_reward']:.3f}",
+        )
+    console.print(table)
+
+
+if __name__ == "__main__":
+    main()

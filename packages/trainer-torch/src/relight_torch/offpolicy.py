@@ -1,0 +1,64 @@
+"""Off-policy correction for samples an older policy drew (asynchronous training): decoupled PPO with TIS.
+
+In asynchronous training a transition may have been sampled ``s`` policy versions ago. Its recorded
+(behaviour) logprobs then belong to a policy the learner no longer has. Following AReaL's decoupled
+PPO, such a sample's PPO ratio is taken against the *current* policy's logprobs (the proximal
+policy, computed here without gradients before the update), so the trust region is measured from
+where the learner is; and each token's policy-gradient term is weighted by the truncated importance
+weight ``min(π_current / π_behaviour, cap)`` (truncated importance sampling, as in verl and
+"Your efficient RL framework secretly brings you off-policy RL training"), which corrects for having
+sampled from the behaviour policy while bounding the variance a very stale token could add.
+
+A sample whose version is the current one is left as it is, so synchronous training is unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+from relight.models import Transition
+from relight_torch.learner import Learner, Sample
+
+__all__ = ["correct_stale_samples"]
+
+
+def correct_stale_samples(
+    samples: Sequence[Sample], transitions: Sequence[Transition], learner: Learner, *, version: int, cap: float
+) -> tuple[list[Sample], dict[str, float]]:
+    """``samples`` with the stale ones corrected, and the correction's metrics.
+
+    Metrics: ``tis_samples`` (how many were corrected), ``tis_clipped_fraction`` (of their tokens, the
+    share whose weight the cap truncated), ``tis_weight_mean`` (their mean weight after truncation) and
+    ``sample_staleness_mean``/``sample_staleness_max`` over every sample.
+    """
+    if cap <= 0:
+        raise ValueError(f"the importance-weight cap must be positive, got {cap}")
+    staleness = [version - t.policy_version if t.policy_version is not None else 0 for t in transitions]
+    stale = [i for i, s in enumerate(staleness) if s > 0 and samples[i].old_logprobs is not None]
+    metrics = {
+        "sample_staleness_mean": sum(staleness) / len(staleness) if staleness else 0.0,
+        "sample_staleness_max": float(max(staleness, default=0)),
+        "tis_samples": float(len(stale)),
+        "tis_clipped_fraction": 0.0,
+        "tis_weight_mean": 1.0,
+    }
+    if not stale:
+        return list(samples), metrics
+    corrected = list(samples)
+    limit = math.log(cap)
+    clipped = tokens = 0
+    total = 0.0
+    for index, current in zip(stale, learner.logprobs([samples[i] for i in stale]), strict=True):
+        behaviour = samples[index].old_logprobs
+        assert behaviour is not None
+        log_weights = [now - then for now, then in zip(current, behaviour, strict=True)]
+        weights = [cap if w > limit else math.exp(w) for w in log_weights]
+        clipped += sum(w > limit for w in log_weights)
+        tokens += len(weights)
+        total += sum(weights)
+        corrected[index] = dataclasses.replace(samples[index], old_logprobs=current, weights=weights)
+    metrics["tis_clipped_fraction"] = clipped / tokens if tokens else 0.0
+    metrics["tis_weight_mean"] = total / tokens if tokens else 1.0
+    return corrected, metrics

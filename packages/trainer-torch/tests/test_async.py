@@ -1,0 +1,107 @@
+"""Asynchronous training's parts in relight-torch: updates without a stop and off-policy correction.
+
+A call spanning an update is tested through the gateway in ``tests/test_async_torch_engine.py``.
+"""
+
+import asyncio
+import math
+import threading
+from typing import Any
+
+import torch
+
+from relight.engine import GenerationRequest, SamplingParams
+from relight.models import Transition
+from relight_torch.engine import TorchEngine
+from relight_torch.grpo import GRPO
+from relight_torch.learner import Learner, Sample
+from relight_torch.offpolicy import correct_stale_samples
+
+QUESTION = [{"role": "user", "content": "What is 12 * 7?"}]
+
+
+def answers(engine: TorchEngine, texts: list[str], rewards: list[float]) -> list[Transition]:
+    """A group of answers to :data:`QUESTION`, sampled (so their logprobs say) by the engine's policy version 0."""
+    prompt = engine.prompt_ids(GenerationRequest(model="m", messages=QUESTION))
+    responses = [[*engine.tokenizer.encode(text), engine.tokenizer.eos_token_id] for text in texts]
+    logprobs = Learner(engine.model, pad_id=engine.pad_id).logprobs([Sample(prompt, r) for r in responses])
+    return [
+        Transition(
+            rollout_id=f"ro-{i}",
+            attempt_id=f"at-{i}",
+            group_id="task",
+            step=0,
+            prompt_token_ids=prompt,
+            response_token_ids=response,
+            response_logprobs=logprobs[i],
+            reward=reward,
+            policy_version=0,
+        )
+        for i, (response, reward) in enumerate(zip(responses, rewards, strict=True))
+    ]
+
+
+async def test_a_live_update_trains_a_copy_while_the_engine_keeps_serving(engine: TorchEngine) -> None:
+    algorithm = GRPO(engine, lr=1e-2, live_updates=True)
+    transitions = answers(engine, ["84", "19"], [1.0, 0.0])
+    request = GenerationRequest(model="m", messages=QUESTION, sampling=SamplingParams(temperature=0, max_tokens=6))
+    before = await engine.generate(request)
+    served_during_update = threading.Event()
+    loop = asyncio.get_running_loop()
+
+    def serve_while_learning(*_: Any) -> None:
+        if not served_during_update.is_set():  # the learner's first forward: the engine must still answer
+            generation = asyncio.run_coroutine_threadsafe(engine.generate(request), loop).result(timeout=60)
+            assert generation.policy_version == 0
+            served_during_update.set()
+
+    hook = algorithm.learner.model.register_forward_hook(serve_while_learning)
+    try:
+        await algorithm.update(transitions)
+    finally:
+        hook.remove()
+    assert served_during_update.is_set()
+    after = await engine.generate(request)
+    assert (before.policy_version, after.policy_version, algorithm.policy_version) == (0, 1, 1)
+    for served, trained in zip(engine.model.parameters(), algorithm.learner.model.parameters(), strict=True):
+        assert torch.equal(served, trained)
+        assert served.data_ptr() != trained.data_ptr()
+
+
+def _stale(transition: Transition, behaviour: list[float]) -> Transition:
+    return transition.model_copy(update={"response_logprobs": behaviour, "policy_version": 0})
+
+
+def test_stale_samples_get_decoupled_ppo_against_the_current_policy_and_truncated_weights(
+    engine: TorchEngine,
+) -> None:
+    learner = Learner(engine.model, pad_id=engine.pad_id)
+    fresh, stale = answers(engine, ["84", "19"], [1.0, 0.0])
+    fresh = fresh.model_copy(update={"policy_version": 3})
+    current = stale.response_logprobs or []
+    # The behaviour policy liked the first token far less than the current one (weight e^2 > cap 1.5),
+    # and the others a little more (weights e^-0.1, kept).
+    behaviour = [current[0] - 2.0, *(lp + 0.1 for lp in current[1:])]
+    transitions = [fresh, _stale(stale, behaviour)]
+    samples = [Sample(t.prompt_token_ids, t.response_token_ids, 1.0, t.response_logprobs) for t in transitions]
+    corrected, metrics = correct_stale_samples(samples, transitions, learner, version=3, cap=1.5)
+    assert corrected[0] == samples[0]
+    weights = corrected[1].weights
+    assert weights is not None
+    assert weights[0] == 1.5
+    assert all(math.isclose(w, math.exp(-0.1), rel_tol=1e-3) for w in weights[1:])
+    assert torch.allclose(torch.tensor(corrected[1].old_logprobs), torch.tensor(current), atol=1e-5)
+    assert metrics["tis_samples"] == 1
+    assert math.isclose(metrics["tis_clipped_fraction"], 1 / len(current))
+    assert (metrics["sample_staleness_mean"], metrics["sample_staleness_max"]) == (1.5, 3)
+
+
+def test_grpo_corrects_stale_samples_by_default_and_leaves_on_policy_ones_alone(engine: TorchEngine) -> None:
+    on_policy = answers(engine, ["84", "19"], [1.0, 0.0])
+    algorithm = GRPO(engine, lr=1e-2)
+    assert algorithm.learn(on_policy)["tis_samples"] == 0
+    stale = answers(engine, ["84", "19"], [1.0, 0.0])  # sampled at version 0, trained at version 1
+    metrics = algorithm.learn(stale)
+    assert metrics["tis_samples"] == 2
+    assert metrics["sample_staleness_max"] == 1
+    assert GRPO(engine, tis_cap=None).learn(stale)["off_policy_transitions"] == 2
