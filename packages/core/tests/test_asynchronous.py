@@ -7,7 +7,9 @@ bumps the policy version, so the i-th batch is the one trained at version i.
 
 import asyncio
 import io
+import tempfile
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -50,11 +52,11 @@ def _trainer(algorithm: RecordingAlgorithm, store: InMemoryStore, **options: Any
 
 
 async def _fit(tasks: Sequence[JsonValue], **options: Any) -> tuple[list[dict[str, float]], RecordingAlgorithm]:
-    async with ScriptedUpstream() as upstream:
-        algorithm = RecordingAlgorithm(upstream)
-        history = await _trainer(algorithm, options.pop("store", InMemoryStore()), **options).afit(
-            waits_then_calls, tasks
-        )
+    with tempfile.TemporaryDirectory() as run_dir:
+        async with ScriptedUpstream() as upstream:
+            algorithm = RecordingAlgorithm(upstream)
+            trainer = _trainer(algorithm, options.pop("store", InMemoryStore()), run_dir=run_dir, **options)
+            history = await trainer.afit(waits_then_calls, tasks)
     return history, algorithm
 
 
@@ -111,11 +113,11 @@ async def test_max_staleness_0_gives_the_synchronous_history_exactly() -> None:
     assert all(m["staleness_max"] == 0 and m["groups_dropped_stale"] == 0 for m in async_history)
 
 
-async def test_stale_groups_are_dropped_whole_counted_and_marked_in_the_store() -> None:
+async def test_stale_groups_are_dropped_whole_counted_and_marked_in_the_store(tmp_path: Path) -> None:
     store = InMemoryStore()
     async with ScriptedUpstream() as upstream:
         algorithm = _StaleMaker(upstream, store)
-        trainer = _trainer(algorithm, store, max_staleness=1, batch_size=1, n_samples=2)
+        trainer = _trainer(algorithm, store, max_staleness=1, batch_size=1, n_samples=2, run_dir=tmp_path)
         history = await trainer.afit(waits_then_calls, _tasks([[0.0, 0.0]] * 4))
     # g0 is trained at v0 while g1 (admitted beside it) finishes; that update lands at v2, so g1 is
     # two versions behind and dropped; g2 and g3, admitted after it at v2, are trained at v2 and v3.
