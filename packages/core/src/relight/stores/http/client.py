@@ -76,6 +76,7 @@ class HttpStore:
         poll_seconds: how long one long-poll request asks the server to hold on.
         max_request_bytes: the server's body limit; larger span batches are split to fit.
         retry: how transient faults are retried; ``RetryPolicy(attempts=1)`` never retries.
+        keep_alive_seconds: how long an idle connection is kept for reuse; below the server's.
     """
 
     def __init__(
@@ -87,6 +88,7 @@ class HttpStore:
         poll_seconds: float = DEFAULT_MAX_POLL_SECONDS,
         max_request_bytes: int = DEFAULT_MAX_BODY_BYTES,
         retry: RetryPolicy | None = None,
+        keep_alive_seconds: float = CLIENT_KEEP_ALIVE_SECONDS,
     ) -> None:
         if not url.startswith(("http://", "https://")):
             raise ConfigError(f"HTTP store URL {url!r} must start with http:// or https://")
@@ -103,7 +105,7 @@ class HttpStore:
             base_url=self.url + _wire.PREFIX,
             headers=headers,
             timeout=timeout,
-            limits=httpx.Limits(keepalive_expiry=CLIENT_KEEP_ALIVE_SECONDS),
+            limits=httpx.Limits(keepalive_expiry=keep_alive_seconds),
         )
         self._closed = False
 

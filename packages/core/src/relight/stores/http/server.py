@@ -351,7 +351,7 @@ def check_exposure(host: str, token: str | None) -> None:
 
 
 def _prepare(
-    store: Store, host: str, port: int, token: str | None, **app_options: Any
+    store: Store, host: str, port: int, token: str | None, keep_alive_seconds: float, **app_options: Any
 ) -> tuple[uvicorn.Server, socket.socket, str]:
     check_exposure(host, token)
     config = uvicorn.Config(
@@ -359,7 +359,7 @@ def _prepare(
         log_level="warning",
         access_log=False,
         lifespan="off",
-        timeout_keep_alive=SERVER_KEEP_ALIVE_SECONDS,
+        timeout_keep_alive=keep_alive_seconds,  # pyright: ignore[reportArgumentType]  (uvicorn takes any number)
         timeout_graceful_shutdown=_GRACE_SECONDS,
     )
     sock = _listen(host, port)
@@ -393,18 +393,20 @@ async def serve(
     port: int = 0,
     token: str | None = None,
     on_ready: Callable[[str], None] | None = None,
+    keep_alive_seconds: float = SERVER_KEEP_ALIVE_SECONDS,
     **app_options: Any,
 ) -> None:
     """Serve ``store`` until the task is cancelled or the process gets SIGINT/SIGTERM; then close it.
 
     Args:
         port: 0 picks a free port; ``on_ready`` is called with the URL once the socket listens.
+        keep_alive_seconds: how long an idle connection is kept; keep it above the clients' (15 s).
         app_options: ``max_body_bytes`` and ``max_poll_seconds`` for :func:`create_app`.
 
     Raises:
         ConfigError: ``host`` is beyond the loopback interface and there is no token.
     """
-    server, sock, url = _prepare(store, host, port, token, **app_options)
+    server, sock, url = _prepare(store, host, port, token, keep_alive_seconds, **app_options)
     with _stop_on_signals(server):
         try:
             if on_ready is not None:
@@ -439,14 +441,20 @@ def _stop_on_signals(server: uvicorn.Server) -> Generator[None]:
 
 @contextmanager
 def running_server(
-    store: Store, *, host: str = "127.0.0.1", port: int = 0, token: str | None = None, **app_options: Any
+    store: Store,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    token: str | None = None,
+    keep_alive_seconds: float = SERVER_KEEP_ALIVE_SECONDS,
+    **app_options: Any,
 ) -> Generator[str]:
     """Serve ``store`` from a thread with its own event loop while the block runs; yields the URL.
 
     The store is used only from the server's thread from then on, and is closed when the block
     ends. For tests and benchmarks; ``relight store serve`` is the way to run one for real.
     """
-    server, sock, url = _prepare(store, host, port, token, **app_options)
+    server, sock, url = _prepare(store, host, port, token, keep_alive_seconds, **app_options)
     failures: list[BaseException] = []
 
     def run() -> None:
