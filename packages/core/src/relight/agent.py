@@ -21,11 +21,13 @@ import importlib
 import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, overload
+from typing import Any, cast, overload
 
 from pydantic import JsonValue
 
-__all__ = ["LLM", "Agent", "FunctionAgent", "rollout"]
+from relight.errors import ConfigError
+
+__all__ = ["LLM", "Agent", "FunctionAgent", "load_agent", "rollout"]
 
 RolloutResult = float | None
 """What a rollout returns: the episode reward, or None when rewards were emitted."""
@@ -104,3 +106,27 @@ def rollout(
     if function is not None:
         return FunctionAgent(function, name=name)
     return functools.partial(FunctionAgent, name=name)
+
+
+def load_agent(path: str) -> Agent:
+    """The agent at ``"package.module:name"``: an :class:`Agent`, an Agent class (made with no arguments) or a function.
+
+    This is how an agent travels to runners on other hosts (``relight runner``, Ray actors): by the
+    import path of code installed there, never as pickled code.
+    """
+    module, colon, qualname = path.partition(":")
+    if not colon or not module or not qualname:
+        raise ConfigError(f"agent {path!r} must be an import path like my_package.agents:sql_agent")
+    try:
+        found: object = _import_object(module, qualname)
+    except (ImportError, AttributeError) as error:
+        raise ConfigError(f"cannot import agent {path!r}: {error}") from error
+    if isinstance(found, Agent):
+        return found
+    if isinstance(found, type):
+        if issubclass(found, Agent):
+            return found()
+    elif callable(found):
+        return FunctionAgent(cast(Callable[[Any, LLM], Any], found))
+    kind = type(cast(Any, found)).__name__
+    raise ConfigError(f"agent {path!r} is a {kind}, not an Agent, Agent class or function")

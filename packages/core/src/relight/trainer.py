@@ -42,6 +42,7 @@ from relight.progress import RunProgress
 from relight.rolecheck import RoleCheck
 from relight.runfolder import RunFolder, default_run_dir
 from relight.runner import Runner, RunnerProcesses
+from relight.runner_groups import RunnerGroup
 from relight.signal import flat_groups, sample_until_signal
 from relight.store import DEFAULT_LEASE_SECONDS, Store
 from relight.supervisor import RunnerSupervisor
@@ -88,6 +89,9 @@ class Trainer:
             ``dev`` one in memory.
         n_runners: runner processes; 1 runs the agent in this process. With more, a store that
             lives in this process is served to them over HTTP on loopback.
+        runners: runners beyond this machine instead, e.g. ``RayRunners(8)`` (:mod:`relight.ray_runners`);
+            give them a store they can reach (``http://`` of ``relight store serve``) and a gateway
+            host they can reach (``gateway={"host": "0.0.0.0"}``).
         concurrency: rollouts running at once in each runner.
         batch_size: tasks per training step.
         n_samples: rollouts per task in a step (one group).
@@ -120,6 +124,7 @@ class Trainer:
         *,
         store: Store | str | None = None,
         n_runners: int = 1,
+        runners: RunnerGroup | None = None,
         concurrency: int = 16,
         batch_size: int = 8,
         n_samples: int = 4,
@@ -146,6 +151,7 @@ class Trainer:
         self.algorithm = algorithm
         self.store = store
         self.n_runners = n_runners
+        self.runners = runners
         self.concurrency = concurrency
         self.batch_size = batch_size
         self.n_samples = n_samples
@@ -420,7 +426,14 @@ class Trainer:
                     "lease_seconds": self.lease_seconds,
                     "heartbeat_seconds": self.heartbeat_seconds,
                 }
-                if self.n_runners == 1:
+                if self.runners is not None:
+                    async with self._shared(store, store_url) as shared_url:
+                        await asyncio.to_thread(self.runners.start, agent, shared_url, **options)
+                        try:
+                            yield _Loop(store, gateway)
+                        finally:
+                            await asyncio.to_thread(self.runners.stop)
+                elif self.n_runners == 1:
                     runner = Runner(agent, store, **options)
                     running = asyncio.create_task(runner.run())
                     try:

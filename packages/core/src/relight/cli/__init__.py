@@ -13,19 +13,21 @@ from collections.abc import Sequence
 from rich.console import Console
 
 from relight import __version__
-from relight.cli import export, rollouts, stats, store
+from relight.cli import export, rollouts, runner, stats, store
 from relight.errors import RelightError
 
 __all__ = ["COMMAND_GROUPS", "main"]
 
-COMMAND_GROUPS = (rollouts, stats, store, export)
+COMMAND_GROUPS = (rollouts, stats, store, export, runner)
 
 _DESCRIPTION = """\
 Reinforcement learning for the agents you already have.
 
-These commands look into a store (the rollouts, attempts and spans of a run) and serve one over
-HTTP. A store is named by URL: sqlite:///runs/store.db (a file), http://host:port (a store server)
-or memory://. Commands take it from --store, or from RELIGHT_STORE when that is not given.
+These commands look into a store (the rollouts, attempts and spans of a run), serve one over
+HTTP, and run an agent's rollouts on any host (relight runner). A store is named by URL:
+sqlite:///runs/store.db (a file), postgresql://user@host/db (a PostgreSQL database),
+http://host:port (a store server) or memory://. Commands take it from --store, or from
+RELIGHT_STORE when that is not given.
 """
 
 

@@ -25,7 +25,8 @@ def add_store_option(parser: argparse.ArgumentParser) -> None:
         "--store",
         metavar="URL",
         default=os.environ.get(STORE_ENV),
-        help=f"the store: sqlite:///path.db, http://host:port or memory:// (default: ${STORE_ENV})",
+        help="the store: sqlite:///path.db, postgresql://user@host/db, http://host:port or memory:// "
+        f"(default: ${STORE_ENV})",
     )
 
 

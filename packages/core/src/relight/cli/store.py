@@ -20,9 +20,9 @@ def register(add_command: AddCommand) -> None:
     serve = actions.add_parser(
         "serve",
         help="serve a store over HTTP until interrupted",
-        description="Serve a store (usually a SQLite file) over HTTP, so runners, gateways and trainers in other "
-        "processes or on other machines share it: they open it as http://HOST:PORT. Prints the URL once "
-        "listening. A token is required to bind beyond 127.0.0.1.",
+        description="Serve a store (a SQLite file or a PostgreSQL database) over HTTP, so runners, gateways and "
+        "trainers in other processes or on other machines share it: they open it as http://HOST:PORT. Prints the "
+        "URL once listening. A token is required to bind beyond 127.0.0.1.",
     )
     add_store_option(serve)
     serve.add_argument("--host", default="127.0.0.1", help="interface to bind (default: 127.0.0.1)")
