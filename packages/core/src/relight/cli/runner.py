@@ -4,8 +4,8 @@ The runner is the same :class:`relight.runner.Runner` a trainer runs in-process,
 recovers the same way: a crashed agent fails its attempt, a runner that dies loses nothing (its
 leases expire and the store hands those rollouts to another runner). SIGTERM or Ctrl-C stops it
 gracefully: it claims nothing more and exits once its attempts have finished, or after
-``--grace-seconds``, when the rest are abandoned to their leases; a second signal exits at once
-the same way. While it runs it prints a health line every ``--health-seconds``.
+``--grace-seconds``, when it fails the rest so that they are retried at once; a second signal exits
+at once, leaving what still runs to its leases. While it runs it prints a health line every ``--health-seconds``.
 """
 
 from __future__ import annotations
@@ -43,9 +43,10 @@ AGENT is an import path, module:name, of an agent installed on this host: a @rel
 function, an Agent, or an Agent class (made with no arguments). The current directory is on
 the import path. A store token comes from RELIGHT_STORE_TOKEN.
 
-SIGTERM or Ctrl-C: claim nothing more, let running attempts finish (at most --grace-seconds),
-then exit 0. A second signal exits at once; attempts left behind are retried by other runners
-when their leases expire. Exits 1 when the store or agent cannot be opened.
+SIGTERM or Ctrl-C: claim nothing more, let running attempts finish (at most --grace-seconds, then
+fail them so that other runners retry them), then exit 0. A second signal exits at once; attempts
+left behind are retried by other runners when their leases expire. Exits 1 when the store or agent
+cannot be opened.
 """
 
 
@@ -84,7 +85,7 @@ def register(add_command: AddCommand) -> None:
         type=float,
         default=60.0,
         metavar="S",
-        help="after SIGTERM, wait at most S seconds for running attempts (default: 60)",
+        help="after SIGTERM, wait at most S seconds for running attempts, then fail them (default: 60)",
     )
     parser.add_argument(
         "--health-seconds",
@@ -122,6 +123,7 @@ async def _serve(args: argparse.Namespace, agent: Agent, url: str) -> int:
             timeout=args.timeout,
             mode=Mode(args.mode) if args.mode else None,
             worker_id=args.worker_id,
+            stop_grace_seconds=args.grace_seconds,
         )
         running = asyncio.create_task(runner.run())
         stopping = asyncio.Event()
@@ -132,7 +134,10 @@ async def _serve(args: argparse.Namespace, agent: Agent, url: str) -> int:
         )
         health = asyncio.create_task(_health(runner, args.health_seconds, console))
         try:
-            await _until_done(running, stopping, args.grace_seconds)
+            await running
+        except asyncio.CancelledError:
+            if not stopping.is_set():  # cancelled by a second signal: leave; anything else goes on up
+                raise
         finally:
             health.cancel()
         console.print(f"runner {runner.worker_id} stopped: {_health_line(runner.stats)}")
@@ -156,24 +161,6 @@ def _on_signals(runner: Runner, running: asyncio.Task[RunnerStats], stopping: as
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, handle, signum)
-
-
-async def _until_done(running: asyncio.Task[RunnerStats], stopping: asyncio.Event, grace_seconds: float) -> None:
-    """Wait for the runner; once stopping, give its attempts ``grace_seconds`` before cancelling them."""
-    stop_requested = asyncio.create_task(stopping.wait())
-    try:
-        await asyncio.wait({running, stop_requested}, return_when=asyncio.FIRST_COMPLETED)
-        if not running.done():
-            await asyncio.wait({running}, timeout=grace_seconds)
-        if not running.done():
-            running.cancel()
-        try:
-            await running
-        except asyncio.CancelledError:
-            if not stopping.is_set():
-                raise
-    finally:
-        stop_requested.cancel()
 
 
 async def _published_model(store: Store) -> str:

@@ -13,7 +13,7 @@ from typing import Any, LiteralString
 from psycopg import AsyncConnection
 from psycopg.rows import TupleRow
 
-from relight.models import Attempt, AttemptStatus, Rollout, RolloutStatus
+from relight.models import Attempt, AttemptStatus, Rollout, RolloutStatus, Span
 from relight.stores import _rules
 
 Conn = AsyncConnection[TupleRow]
@@ -62,6 +62,39 @@ async def attempts(conn: Conn, rollout_id: str, *, lock: bool = False) -> list[A
     query = "SELECT data FROM relight_attempts WHERE rollout_id = %s ORDER BY number" + (" FOR UPDATE" if lock else "")
     rows = await (await conn.execute(query, (rollout_id,))).fetchall()
     return [Attempt.model_validate_json(data) for (data,) in rows]
+
+
+async def require_attempts(conn: Conn, attempts: Sequence[tuple[str, str]]) -> None:
+    """Raise NotFoundError for the first of ``(rollout_id, attempt_id)`` that does not exist."""
+    rollout_ids, attempt_ids = [r for r, _ in attempts], [a for _, a in attempts]
+    rows = await (
+        await conn.execute(
+            "SELECT rollout_id, attempt_id FROM relight_attempts "
+            "WHERE (rollout_id, attempt_id) IN (SELECT * FROM unnest(%s::text[], %s::text[]))",
+            (rollout_ids, attempt_ids),
+        )
+    ).fetchall()
+    found = set(rows)
+    for rollout_id, attempt_id in attempts:
+        if (rollout_id, attempt_id) not in found:
+            await get_rollout(conn, rollout_id)
+            raise _rules.attempt_not_found(rollout_id, attempt_id)
+
+
+async def check_repeats(conn: Conn, spans: Sequence[Span], columns: Sequence[list[str]]) -> None:
+    """Raise InvalidStateError if a sent span whose id was already taken differs from the stored one."""
+    rows = await (
+        await conn.execute(
+            "SELECT rollout_id, attempt_id, span_id, data FROM relight_spans WHERE (rollout_id, attempt_id, span_id) "
+            "IN (SELECT * FROM unnest(%s::text[], %s::text[], %s::text[]))",
+            columns[:3],
+        )
+    ).fetchall()
+    stored = {(r, a, s): data for r, a, s, data in rows}
+    for span in spans:
+        data = stored[span.rollout_id, span.attempt_id, span.span_id]
+        if not _rules.same_span(Span.model_validate_json(data), span):
+            raise _rules.conflicting_span(span)
 
 
 def as_of(attempt: Attempt, now: float) -> Attempt:

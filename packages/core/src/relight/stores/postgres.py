@@ -92,6 +92,7 @@ class PostgresStore:
     # -- rollouts -----------------------------------------------------------------------------
 
     async def enqueue(self, requests: Sequence[RolloutRequest]) -> list[Rollout]:
+        _rules.check_requests(requests)
         now = self._clock()
         # Ids are chosen once, before the first try, so a retry after a commit whose reply was lost
         # finds the rollouts it made instead of making them twice.
@@ -188,6 +189,8 @@ class PostgresStore:
         *,
         error: str | None = None,
     ) -> Rollout:
+        _rules.check_client_status(status)
+
         async def run(tx: Tx) -> Rollout:
             now = self._clock()
             rollout = await _rows.get_rollout(tx.conn, rollout_id, lock=True)
@@ -292,6 +295,7 @@ class PostgresStore:
         self._check_open()
         if not spans:
             return
+        _rules.check_spans(spans)
         # Encoded once, outside the transaction; sequence ids come from the table's own sequence
         # in arrival order and are set on the way out.
         columns: tuple[list[str], list[str], list[str], list[str]] = ([], [], [], [])
@@ -300,21 +304,17 @@ class PostgresStore:
                 columns, (span.rollout_id, span.attempt_id, span.span_id, span_json(span).decode()), strict=True
             ):
                 column.append(value)
-        wanted = sorted(set(columns[0]))
+        attempts = sorted(set(zip(columns[0], columns[1], strict=True)))
 
         async def run(tx: Tx) -> None:
-            rows = await (
-                await tx.conn.execute("SELECT rollout_id FROM relight_rollouts WHERE rollout_id = ANY(%s)", (wanted,))
-            ).fetchall()
-            known = {rollout_id for (rollout_id,) in rows}
-            for rollout_id in wanted:
-                if rollout_id not in known:
-                    raise _rules.rollout_not_found(rollout_id)
+            await _rows.require_attempts(tx.conn, attempts)
             cursor = await tx.conn.execute(
                 "INSERT INTO relight_spans (rollout_id, attempt_id, span_id, data) "
                 "SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[]) ON CONFLICT DO NOTHING",
                 columns,
             )
+            if cursor.rowcount < len(spans):  # some ids were taken: only a repeat of the same span may be
+                await _rows.check_repeats(tx.conn, spans, columns)
             if cursor.rowcount > 0:
                 await tx.conn.execute(
                     "INSERT INTO relight_span_counts VALUES (%s, %s) "
@@ -346,6 +346,7 @@ class PostgresStore:
 
     async def publish_resources(self, items: Mapping[str, JsonValue]) -> Resources:
         items = dict(items)
+        _rules.check_resources(items)
 
         async def run(tx: Tx) -> Resources:
             await tx.conn.execute("LOCK TABLE relight_resources IN EXCLUSIVE MODE")  # one new version at a time
@@ -359,6 +360,8 @@ class PostgresStore:
         return await self._db.transact(run)
 
     async def get_resources(self, version: int | None = None) -> Resources:
+        _rules.check_version(version)
+
         async def read(conn: Conn) -> Resources:
             row = await _rows.one(
                 conn,
