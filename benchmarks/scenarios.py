@@ -1,0 +1,99 @@
+"""The paper's scenarios trained on this machine's CPU: held-out reward before and after RL, time, memory, speed.
+
+Each seed runs the example's own training command (``examples/<name>/<name>_train.py``: SmolLM2-135M-
+Instruct, a warm start on scripted demonstrations, then GRPO through ``relight.Trainer.fit``) in a
+process of its own, and reads back the ``summary.json`` it writes:
+
+- ``before`` / ``after``: greedy held-out reward after the warm start (before any RL update) and
+  after the last update; ``gain`` is RL's own.
+- ``wall_s`` (the whole run), ``rl_s`` (RL and both evaluations), ``peak_gb`` (the training
+  process's peak resident memory).
+- ``calls_per_s``, ``gen_tok_per_s``: LLM calls and generated tokens per second of rollout time;
+  ``train_tok_per_s``: prompt and response tokens per second of GRPO update time.
+
+    python benchmarks/scenarios.py --scenario calc --seeds 0 1 2        # a table
+    python benchmarks/scenarios.py --scenario sql --seeds 0 --json      # one JSON object per line
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = {
+    "calc": ROOT / "examples" / "calc_agent" / "calc_train.py",
+    "sql": ROOT / "examples" / "sql_agent" / "sql_train.py",
+    "rag": ROOT / "examples" / "rag_agent" / "rag_train.py",
+    "crew": ROOT / "examples" / "crew" / "crew_train.py",
+}
+COLUMNS = ("before", "after", "gain", "wall_s", "rl_s", "peak_gb", "calls_per_s", "gen_tok_per_s", "train_tok_per_s")
+
+
+def run(scenario: str, seed: int, out: Path, extra: list[str]) -> dict[str, Any]:
+    """Train one seed in a subprocess (its output goes to ``out/train.log``) and return its figures."""
+    out.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, str(SCRIPTS[scenario]), "--out", str(out), "--seed", str(seed), *extra]
+    with (out / "train.log").open("w") as log:
+        done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"{scenario} seed {seed} failed (exit {done.returncode}); see {out / 'train.log'}")
+    summary = json.loads((out / "summary.json").read_text())
+    return {
+        "benchmark": "scenarios",
+        "scenario": scenario,
+        "seed": seed,
+        "before": summary["initial_eval_reward"],
+        "after": summary["final_eval_reward"],
+        "gain": summary["gain"],
+        "iterations": summary["iterations"],
+        "wall_s": summary["wall_seconds"],
+        "rl_s": summary["rl_seconds"],
+        "peak_gb": summary["peak_memory_gb"],
+        "calls_per_s": summary["train_llm_calls_per_s"],
+        "gen_tok_per_s": summary["generated_tokens_per_s"],
+        "train_tok_per_s": summary["trained_tokens_per_s"],
+        "run_folder": str(out),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scenario", choices=sorted(SCRIPTS), required=True)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--iterations", type=int, help="GRPO updates per seed (default: the example's recipe)")
+    parser.add_argument("--quick", action="store_true", help="two tiny steps per seed, to check the wiring")
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "scenarios", help="where run folders go")
+    parser.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
+    args = parser.parse_args()
+    extra = [*(["--iterations", str(args.iterations)] if args.iterations else []), *(["--quick"] if args.quick else [])]
+    console = Console(stderr=args.json)
+    results = []
+    for seed in args.seeds:
+        with console.status(f"{args.scenario}: training seed {seed}…"):
+            result = run(args.scenario, seed, args.out / f"{args.scenario}-seed{seed}", extra)
+        results.append(result)
+        if args.json:
+            print(json.dumps(result), flush=True)
+    if args.json:
+        return
+    table = Table(title=f"{args.scenario}: SmolLM2-135M-Instruct on the CPU, held-out reward", title_justify="left")
+    table.add_column("seed", justify="right")
+    for column in COLUMNS:
+        table.add_column(column, justify="right")
+    for result in results:
+        table.add_row(
+            str(result["seed"]), *(f"{result[c]:.3g}" if c != "wall_s" else f"{result[c]:.0f}" for c in COLUMNS)
+        )
+    console.print(table)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,25 @@
+"""Train the crew's analyst on the CPU: SmolLM2-135M-Instruct, a warm start, then GRPO; the reporter is not trained.
+
+python examples/crew/crew_train.py --out runs/crew [--seed 0] [--iterations 16]
+"""
+
+from __future__ import annotations
+
+from crew_scripted import scripted_model
+from math_crew import TRAINED_ROLE, load, solve
+
+from relight_torch.recipe import Recipe, main
+
+RECIPE = Recipe(
+    demonstrations=32,
+    sft_steps=30,
+    sft_lr=5e-5,
+    iterations=16,
+    tasks_per_iteration=4,
+    samples_per_task=4,
+    lr=1e-5,
+    eval_tasks=40,
+)
+
+if __name__ == "__main__":
+    main(solve, train=load("train"), val=load("test"), script=scripted_model, recipe=RECIPE, roles=[TRAINED_ROLE])

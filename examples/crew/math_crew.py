@@ -1,0 +1,99 @@
+"""A two-agent CrewAI crew with a calculator, on the calc_agent's Calc-X-style word problems.
+
+The ``Analyst`` works the problem out with the ``calculator`` tool; the ``Reporter`` reads the
+analyst's work and states the result as ``Answer: <number>``. The reward is 1.0 for the right
+number. Only the analyst is trained (``TransitionBuilder(roles=["Analyst"])``): the reporter's
+calls stay in the episode but are not updated. The relight-specific lines are
+``relight.instrument("crewai")``, the ``LLM`` built from the ``llm`` handle, and the returned reward.
+
+Commands (see README.md)::
+
+    python examples/crew/math_crew.py                            # dev mode, scripted model, offline
+    python examples/crew/math_crew.py --base-url URL --model NAME        # dev mode, any endpoint
+    python examples/crew/crew_train.py --out runs/crew           # RL on the CPU with SmolLM2-135M
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import operator
+import re
+from pathlib import Path
+from typing import Any
+
+from crewai import LLM, Agent, Crew, CrewOutput, Process, Task
+from crewai.tools import tool
+
+import relight
+
+TRAINED_ROLE = "Analyst"
+PROBLEMS = Path(__file__).parents[1] / "calc_agent" / "data"
+"""The calc_agent's problems (Calc-X format): ``train.jsonl`` and ``test.jsonl``."""
+
+_OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
+_ANSWER = re.compile(r"Answer:\s*\$?\s*(-?[\d,]*\.?\d+)")
+
+
+@tool("calculator")
+def calculator(expression: str) -> str:
+    """Evaluate an arithmetic expression with + - * / and parentheses, e.g. '12 * (3 + 4)'."""
+
+    def evaluate(node: ast.AST) -> float:
+        if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
+            return node.value
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
+            return _OPERATORS[type(node.op)](evaluate(node.left), evaluate(node.right))
+        raise ValueError(f"not arithmetic: {ast.unparse(node)}")
+
+    value = evaluate(ast.parse(expression.replace(",", ""), mode="eval").body)
+    return str(int(value) if float(value).is_integer() else round(value, 6))
+
+
+def build_crew(llm: Any, question: str, *, temperature: float = 1.0) -> Crew:
+    """Analyst (with the calculator) → Reporter, in sequence."""
+    model = LLM(
+        model=f"openai/{llm.model}", base_url=llm.base_url, api_key=llm.api_key, temperature=temperature, max_tokens=64
+    )
+    analyst = Agent(
+        role=TRAINED_ROLE,
+        goal="Work out the number a word problem asks for, one calculator call per step.",
+        backstory="You never do arithmetic in your head.",
+        llm=model,
+        tools=[calculator],
+        max_iter=4,
+    )
+    reporter = Agent(role="Reporter", goal="State the analyst's result.", backstory="You write one line.", llm=model)
+    work = Task(description=question, expected_output="The number the problem asks for.", agent=analyst)
+    report = Task(description=f"State the result of: {question}", expected_output="Answer: <number>", agent=reporter)
+    return Crew(agents=[analyst, reporter], tasks=[work, report], process=Process.sequential)
+
+
+def reward(output: CrewOutput, expected: float) -> float:
+    """1.0 when the crew's final ``Answer:`` is ``expected``."""
+    found = _ANSWER.findall(output.raw)
+    return 1.0 if found and abs(float(found[-1].replace(",", "")) - expected) < 1e-6 * max(1.0, abs(expected)) else 0.0
+
+
+def load(split: str) -> list[dict[str, Any]]:
+    """The calc_agent's ``train`` or ``test`` problems as tasks ``{"question", "answer"}``."""
+    lines = (PROBLEMS / f"{split}.jsonl").read_text(encoding="utf-8").splitlines()
+    return [{"question": r["question"], "answer": float(r["result"])} for r in map(json.loads, lines)]
+
+
+relight.instrument("crewai")
+
+
+@relight.rollout
+async def solve(task: dict[str, Any], llm: Any) -> float:
+    """One rollout of the crew on ``task["question"]``, rewarded for ``task["answer"]``."""
+    output = await build_crew(llm, task["question"], temperature=task.get("temperature", 1.0)).akickoff()
+    return reward(output, task["answer"])
+
+
+if __name__ == "__main__":
+    from crew_scripted import scripted_model
+
+    from relight.testing.examples import run_dev_example
+
+    run_dev_example(solve, tasks=load("test")[:4], script=scripted_model)

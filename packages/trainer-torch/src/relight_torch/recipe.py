@@ -1,0 +1,333 @@
+"""Train a framework agent on the CPU: a warm start on its own scripted runs, then GRPO through ``Trainer.fit``.
+
+This is what each example under ``examples/`` runs to train (``python examples/calc_agent/calc_train.py``):
+
+1. **Demonstrations**: the unchanged agent runs its training tasks in dev mode against a scripted
+   model (:class:`relight.testing.upstream.ScriptedUpstream`) that plays a good policy. The
+   gateway records each call exactly as the framework sent it (messages, tools) and what the
+   script answered; the calls of rollouts that earned the full reward, of the roles being
+   trained, become conversations.
+2. **Warm start**: a short SFT on those conversations, rendered by the engine's own chat template,
+   teaches the small model the app's formats (tool calls, ``Answer:`` lines, SQL blocks).
+3. **RL**: ``relight.Trainer(GRPO(engine)).fit(agent, train, val)`` through the gateway and a
+   SQLite store, with greedy validation on held-out tasks before the first update (after the warm
+   start, so the gain measured is RL's own) and after the last.
+
+The run folder gets ``summary.json`` (rewards before and after, wall time, peak memory, LLM calls
+and tokens per second of generation and of training), ``metrics.jsonl``, ``reward_curve.png`` and
+``checkpoint/``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import random
+import resource
+import statistics
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from pydantic import JsonValue
+from rich.console import Console
+
+import relight
+from relight import semconv
+from relight.agent import Agent
+from relight.models import Mode, RolloutStatus, SpanKind, Transition
+from relight.store import Store
+from relight.testing.upstream import Script, ScriptedUpstream
+from relight.transitions import RoleFilter, TransitionBuilder
+from relight_torch.engine import TorchEngine
+from relight_torch.grpo import GRPO, UpdateCallback
+from relight_torch.sft import SFT, Conversation, conversation_samples
+
+__all__ = ["Recipe", "demonstrations", "main", "train_agent"]
+
+
+@dataclass(frozen=True, slots=True)
+class Recipe:
+    """What decides a run's outcome; each example sets its own."""
+
+    seed: int = 0
+    demonstrations: int = 64
+    """Training tasks run against the scripted model for the warm start (0: no warm start)."""
+    sft_steps: int = 30
+    sft_batch_size: int = 8
+    sft_lr: float = 5e-5
+    iterations: int = 8
+    tasks_per_iteration: int = 4
+    samples_per_task: int = 4
+    lr: float = 1e-5
+    clip: float = 0.2
+    eval_tasks: int = 32
+    train_temperature: float = 1.0
+
+    def quick(self) -> Recipe:
+        """Two tiny steps: for smoke tests of the whole pipeline."""
+        return replace(self, demonstrations=4, sft_steps=2, iterations=2, tasks_per_iteration=2, samples_per_task=2,
+                       eval_tasks=2)  # fmt: skip
+
+
+async def demonstrations(
+    agent: Agent, tasks: Sequence[Mapping[str, JsonValue]], script: Script, *, roles: RoleFilter = None
+) -> list[Conversation]:
+    """The calls ``agent`` makes on ``tasks`` against ``script``, as conversations, from its full-reward runs.
+
+    Only calls of ``roles`` are kept (the same filter training uses), each as the messages the
+    framework sent plus the reply the script gave, with the tools the request offered.
+    """
+    store = relight.open_store("memory://")
+    trainer = relight.Trainer(store=store, console=Console(file=io.StringIO()))
+    try:
+        with ScriptedUpstream(script) as upstream:
+            results = await trainer.adev(
+                agent, list(tasks), base_url=upstream.base_url, model=upstream.model, api_key="unused", vllm=True
+            )
+        good = [r.rollout for r in results if r.reward is not None and r.reward >= 1.0]
+        builder = TransitionBuilder(roles=roles)
+        conversations: list[Conversation] = []
+        for rollout in good:
+            spans = {s.span_id: s for s in await store.query_spans(rollout.rollout_id)}
+            for transition in await builder.from_store(store, [rollout]):
+                span = spans[str(transition.span_id)]
+                conversations.append(_conversation(span.attributes))
+        return conversations
+    finally:
+        await store.close()
+
+
+def _conversation(attributes: Mapping[str, JsonValue]) -> Conversation:
+    messages = json.loads(str(attributes[semconv.GEN_AI_INPUT_MESSAGES]))
+    reply = json.loads(str(attributes[semconv.GEN_AI_OUTPUT_MESSAGES]))[0]
+    if reply.get("tool_calls") and not reply.get("content"):
+        reply["content"] = None
+    tools = attributes.get(semconv.GEN_AI_TOOL_DEFINITIONS)
+    return {"messages": [*messages, reply], "tools": json.loads(str(tools)) if tools else None}
+
+
+def warm_start(engine: TorchEngine, conversations: Sequence[Conversation], recipe: Recipe, console: Console) -> float:
+    """SFT on the demonstrations' last turns; returns the final loss."""
+    if not conversations or recipe.sft_steps == 0:
+        return float("nan")
+    samples = [conversation_samples(engine.tokenizer, [c])[-1] for c in conversations]
+    sft = SFT(engine, lr=recipe.sft_lr, seed=recipe.seed)
+    console.print(f"warm start: {recipe.sft_steps} SFT steps on {len(samples)} demonstrated calls")
+    losses = sft.fit(
+        samples,
+        steps=recipe.sft_steps,
+        batch_size=recipe.sft_batch_size,
+        warmup=max(1, recipe.sft_steps // 5),
+        on_step=lambda step, loss: (
+            console.print(f"  sft {step + 1}/{recipe.sft_steps} loss {loss:.3f}")
+            if (step + 1) % 5 == 0 or step == 0
+            else None
+        ),
+    )
+    return losses[-1]
+
+
+def train_agent(
+    agent: Agent,
+    engine: TorchEngine,
+    *,
+    train: Sequence[Mapping[str, JsonValue]],
+    val: Sequence[Mapping[str, JsonValue]],
+    script: Script,
+    recipe: Recipe,
+    out: Path,
+    roles: RoleFilter = None,
+    demo_tasks: Sequence[Mapping[str, JsonValue]] | None = None,
+    callbacks: Sequence[UpdateCallback] = (),
+    console: Console | None = None,
+) -> dict[str, Any]:
+    """Warm start, then GRPO with validation before and after; writes the run folder and returns the summary.
+
+    The warm start's demonstrations come from ``demo_tasks`` (by default the training tasks);
+    ``callbacks`` see each update's transitions and metrics.
+    """
+    console = console or Console()
+    out.mkdir(parents=True, exist_ok=True)
+    began = time.perf_counter()
+    random.seed(recipe.seed)
+    torch.manual_seed(recipe.seed)
+    rng = random.Random(recipe.seed)
+    pool = list(train if demo_tasks is None else demo_tasks)
+    shown = rng.sample(pool, min(recipe.demonstrations, len(pool)))
+    conversations = asyncio.run(demonstrations(agent, shown, script, roles=roles)) if shown else []
+    sft_loss = warm_start(engine, conversations, recipe, console)
+    warmed = time.perf_counter()
+    count = recipe.iterations * recipe.tasks_per_iteration
+    train_tasks = [{**task, "temperature": recipe.train_temperature} for task in _cycle(train, count, rng)]
+    val_tasks = [{**task, "temperature": 0.0} for task in list(val)[: recipe.eval_tasks]]
+    tracker = _Tracker(out / "metrics.jsonl", console)
+    algorithm = GRPO(engine, lr=recipe.lr, clip=recipe.clip, seed=recipe.seed, callbacks=[tracker, *callbacks])
+    trainer = relight.Trainer(
+        algorithm,
+        store=f"sqlite:///{out / 'store.db'}",
+        batch_size=recipe.tasks_per_iteration,
+        n_samples=recipe.samples_per_task,
+        concurrency=recipe.tasks_per_iteration * recipe.samples_per_task,
+        val_every=recipe.iterations,
+        transitions=TransitionBuilder(roles=roles),
+        console=console,
+    )
+    history = trainer.fit(agent, train_tasks, val_tasks)
+    generation = asyncio.run(_generation_counts(out / "store.db"))
+    algorithm.save(out / "checkpoint")
+    validations = [row for row in history if "val_reward_mean" in row]
+    steps = [row for row in history if "time_update_s" in row]
+    rollout_seconds = sum(row["time_rollouts_s"] for row in steps) or float("nan")
+    update_seconds = sum(row["time_update_s"] for row in steps) or float("nan")
+    summary = {
+        "initial_eval_reward": validations[0]["val_reward_mean"],
+        "final_eval_reward": validations[-1]["val_reward_mean"],
+        "gain": validations[-1]["val_reward_mean"] - validations[0]["val_reward_mean"],
+        "iterations": len(steps),
+        "policy_version": algorithm.policy_version,
+        "demonstrated_calls": len(conversations),
+        "sft_final_loss": sft_loss,
+        "warm_start_seconds": round(warmed - began, 1),
+        "wall_seconds": round(time.perf_counter() - began, 1),
+        "rl_seconds": round(time.perf_counter() - warmed, 1),
+        "peak_memory_gb": round(_peak_rss_gb(), 2),
+        "train_llm_calls_per_s": generation["calls"] / rollout_seconds,
+        "generated_tokens_per_s": generation["tokens"] / rollout_seconds,
+        "trained_tokens_per_s": tracker.tokens / update_seconds,
+        "recipe": asdict(recipe),
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    _plot(tracker.rows, validations, out / "reward_curve.png")
+    console.print(
+        f"held-out reward {summary['initial_eval_reward']:.3f} → [bold]{summary['final_eval_reward']:.3f}[/] "
+        f"in {summary['rl_seconds']:.0f} s of RL ({summary['iterations']} updates), "
+        f"peak memory {summary['peak_memory_gb']} GB; run folder {out}"
+    )
+    return summary
+
+
+def _cycle(tasks: Sequence[Mapping[str, JsonValue]], count: int, rng: random.Random) -> list[Mapping[str, JsonValue]]:
+    """``count`` tasks drawn by shuffled passes over ``tasks``."""
+    drawn: list[Mapping[str, JsonValue]] = []
+    while len(drawn) < count:
+        order = list(tasks)
+        rng.shuffle(order)
+        drawn += order[: count - len(drawn)]
+    return drawn
+
+
+class _Tracker:
+    """After each update: the sampled reward, metrics.jsonl and the tokens trained on."""
+
+    def __init__(self, path: Path, console: Console) -> None:
+        self.path = path
+        self.console = console
+        self.rows: list[dict[str, float]] = []
+        self.tokens = 0
+        path.write_text("", encoding="utf-8")
+
+    def __call__(self, transitions: Sequence[Transition], metrics: Mapping[str, float]) -> None:
+        by_rollout = {t.rollout_id: t.reward for t in transitions}
+        self.tokens += sum(len(t.prompt_token_ids) + len(t.response_token_ids) for t in transitions)
+        row = {"iteration": len(self.rows) + 1, "reward": statistics.fmean(by_rollout.values()), **metrics}
+        self.rows.append(row)
+        with self.path.open("a", encoding="utf-8") as file:
+            file.write(json.dumps(row) + "\n")
+
+
+async def _generation_counts(store_path: Path) -> dict[str, int]:
+    """LLM calls and generated tokens of the training rollouts, read back from the store."""
+    store: Store = relight.open_store(f"sqlite:///{store_path}")
+    calls = tokens = 0
+    try:
+        for rollout in await store.list_rollouts(mode=Mode.TRAIN):
+            if rollout.status is not RolloutStatus.SUCCEEDED:
+                continue
+            for span in await store.query_spans(rollout.rollout_id):
+                if span.kind is SpanKind.LLM:
+                    calls += 1
+                    tokens += int(span.attributes.get(semconv.GEN_AI_USAGE_OUTPUT_TOKENS) or 0)  # type: ignore[arg-type]
+    finally:
+        await store.close()
+    return {"calls": calls, "tokens": tokens}
+
+
+def _peak_rss_gb() -> float:
+    """This process's peak resident memory (Linux reports kilobytes, macOS bytes)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1 << 30) if sys.platform == "darwin" else peak / (1 << 20)
+
+
+def _plot(rows: Sequence[Mapping[str, float]], validations: Sequence[Mapping[str, float]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7, 4), dpi=120)
+    axes.plot([r["iteration"] for r in rows], [r["reward"] for r in rows], label="training reward (sampled)")
+    axes.plot(
+        [v["step"] for v in validations], [v["val_reward_mean"] for v in validations], "o-", label="held-out (greedy)"
+    )
+    axes.set_xlabel("GRPO iteration")
+    axes.set_ylim(-0.02, 1.02)
+    axes.grid(alpha=0.3)
+    axes.legend(loc="lower right")
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+
+
+def main(
+    agent: Agent,
+    *,
+    train: Sequence[Mapping[str, JsonValue]],
+    val: Sequence[Mapping[str, JsonValue]],
+    script: Script,
+    recipe: Recipe,
+    roles: RoleFilter = None,
+    demo_tasks: Sequence[Mapping[str, JsonValue]] | None = None,
+    argv: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """An example's training command line: ``--out``, ``--seed``, ``--model``, ``--iterations``, ``--quick``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=f"Train {agent.name} on the CPU with relight-torch.")
+    parser.add_argument("--out", type=Path, default=Path("runs") / agent.name, help="the run folder")
+    parser.add_argument("--seed", type=int, default=recipe.seed)
+    parser.add_argument("--model", help="a local Hugging Face model folder; SmolLM2-135M-Instruct by default")
+    parser.add_argument("--iterations", type=int, default=recipe.iterations, help="GRPO updates")
+    parser.add_argument("--quick", action="store_true", help="two tiny steps, to check the wiring")
+    args = parser.parse_args(argv)
+    chosen = replace(recipe, seed=args.seed, iterations=args.iterations)
+    if args.quick:
+        chosen = chosen.quick()
+    engine = load_engine(args.model, seed=chosen.seed)
+    try:
+        return train_agent(
+            agent,
+            engine,
+            train=train,
+            val=val,
+            script=script,
+            recipe=chosen,
+            out=args.out,
+            roles=roles,
+            demo_tasks=demo_tasks,
+        )
+    finally:
+        engine.close()
+
+
+def load_engine(model: str | Path | None = None, *, seed: int = 0) -> TorchEngine:
+    """The engine for ``model`` (a local folder), by default SmolLM2-135M-Instruct from relight's cache."""
+    from relight_torch.models import smollm2
+
+    torch.manual_seed(seed)
+    return TorchEngine.from_pretrained(model or smollm2(), seed=seed)

@@ -1,0 +1,52 @@
+"""The CrewAI crew: the analyst's calculator calls and the reporter's answer offline, with the analyst trained alone."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from relight.models import SpanKind
+from relight.testing.examples import example_file, run_example
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:Cannot set an attribute on 'crewai:ImportWarning"),
+    pytest.mark.filterwarnings("ignore::DeprecationWarning:crewai"),
+]
+
+
+@pytest.fixture(scope="module")
+def crew(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModuleType]:
+    """The example, imported with HOME and the XDG folders in a temporary home (CrewAI writes there at import)."""
+    home = tmp_path_factory.mktemp("crewai-home")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HOME", str(home))
+        for variable in ("XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME"):
+            patch.setenv(variable, str(home / variable.lower()))
+        patch.setenv("CREWAI_DISABLE_TELEMETRY", "true")
+        patch.setenv("CREWAI_TRACING_ENABLED", "false")
+        import math_crew
+
+        yield math_crew
+
+
+async def test_dev_mode_solves_the_problems_and_only_the_analyst_is_trained(dev, crew: ModuleType) -> None:
+    from crew_scripted import scripted_model
+
+    math_crew = crew
+    tasks = math_crew.load("test")[:4]
+    run = await dev(math_crew.solve, tasks, scripted_model, roles=[math_crew.TRAINED_ROLE])
+    assert run.rewards == [1.0] * 4
+    assert run.roles(SpanKind.ROLE).count("Reporter") == 4
+    assert {t.role for t in run.transitions} == {"Analyst"}
+    assert {(name, role, ok) for name, role, ok in run.tools()} == {("calculator", "Analyst", True)}
+    analyst_calls = run.roles(SpanKind.ROLE).count("Analyst")
+    assert len(run.transitions) == analyst_calls == len(run.tools()) + 4, "one call per step, then the result"
+
+
+def test_the_readme_command_runs_offline(tmp_path: Path, crew: ModuleType) -> None:
+    rows = run_example(example_file("crew/math_crew.py", near=__file__), cwd=tmp_path)
+    assert len(rows) == 4, rows
+    assert all("succeeded" in row and "1.000" in row for row in rows), rows
