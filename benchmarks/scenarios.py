@@ -2,7 +2,7 @@
 
 Each seed runs the example's own training command (``examples/<name>/<name>_train.py``: SmolLM2-135M-
 Instruct, a warm start on scripted demonstrations, then GRPO through ``relight.Trainer.fit``) in a
-process of its own, and reads back the ``summary.json`` it writes:
+process of its own, and reads back the ``scenario.json`` it writes in its run folder:
 
 - ``before`` / ``after``: greedy held-out reward after the warm start (before any RL update) and
   after the last update; ``gain`` is RL's own.
@@ -45,7 +45,7 @@ def run(scenario: str, seed: int, out: Path, extra: list[str]) -> dict[str, Any]
         done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=False)
     if done.returncode != 0:
         raise SystemExit(f"{scenario} seed {seed} failed (exit {done.returncode}); see {out / 'train.log'}")
-    summary = json.loads((out / "summary.json").read_text())
+    summary = json.loads((out / "scenario.json").read_text())
     return {
         "benchmark": "scenarios",
         "scenario": scenario,

@@ -13,9 +13,10 @@ This is what each example under ``examples/`` runs to train (``python examples/c
    SQLite store, with greedy validation on held-out tasks before the first update (after the warm
    start, so the gain measured is RL's own) and after the last.
 
-The run folder gets ``summary.json`` (rewards before and after, wall time, peak memory, LLM calls
-and tokens per second of generation and of training), ``metrics.jsonl``, ``reward_curve.png`` and
-``checkpoint/``.
+The run folder is the trainer's own (``metrics.jsonl``, ``summary.json``, ``reward_curve.png``,
+``checkpoints/``, ``store.db``; see :mod:`relight.runfolder`), plus ``scenario.json``: held-out
+reward before and after RL, wall time, peak memory, and LLM calls and tokens per second of
+generation and of training.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import io
 import json
 import random
 import resource
-import statistics
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -68,6 +68,8 @@ class Recipe:
     clip: float = 0.2
     eval_tasks: int = 32
     train_temperature: float = 1.0
+    token_budget: int = 1024
+    """Tokens per forward/backward pass: with a 49k vocabulary the logits dominate memory (~0.2 GB per 1k tokens)."""
 
     def quick(self) -> Recipe:
         """Two tiny steps: for smoke tests of the whole pipeline."""
@@ -117,7 +119,7 @@ def warm_start(engine: TorchEngine, conversations: Sequence[Conversation], recip
     if not conversations or recipe.sft_steps == 0:
         return float("nan")
     samples = [conversation_samples(engine.tokenizer, [c])[-1] for c in conversations]
-    sft = SFT(engine, lr=recipe.sft_lr, seed=recipe.seed)
+    sft = SFT(engine, lr=recipe.sft_lr, seed=recipe.seed, token_budget=recipe.token_budget)
     console.print(f"warm start: {recipe.sft_steps} SFT steps on {len(samples)} demonstrated calls")
     losses = sft.fit(
         samples,
@@ -147,7 +149,7 @@ def train_agent(
     callbacks: Sequence[UpdateCallback] = (),
     console: Console | None = None,
 ) -> dict[str, Any]:
-    """Warm start, then GRPO with validation before and after; writes the run folder and returns the summary.
+    """Warm start, then GRPO with validation before and after, in the run folder ``out``; returns scenario.json.
 
     The warm start's demonstrations come from ``demo_tasks`` (by default the training tasks);
     ``callbacks`` see each update's transitions and metrics.
@@ -166,11 +168,18 @@ def train_agent(
     count = recipe.iterations * recipe.tasks_per_iteration
     train_tasks = [{**task, "temperature": recipe.train_temperature} for task in _cycle(train, count, rng)]
     val_tasks = [{**task, "temperature": 0.0} for task in list(val)[: recipe.eval_tasks]]
-    tracker = _Tracker(out / "metrics.jsonl", console)
-    algorithm = GRPO(engine, lr=recipe.lr, clip=recipe.clip, seed=recipe.seed, callbacks=[tracker, *callbacks])
+    tracker = _TokenCount()
+    algorithm = GRPO(
+        engine,
+        lr=recipe.lr,
+        clip=recipe.clip,
+        seed=recipe.seed,
+        token_budget=recipe.token_budget,
+        callbacks=[tracker, *callbacks],
+    )
     trainer = relight.Trainer(
         algorithm,
-        store=f"sqlite:///{out / 'store.db'}",
+        run_dir=out,
         batch_size=recipe.tasks_per_iteration,
         n_samples=recipe.samples_per_task,
         concurrency=recipe.tasks_per_iteration * recipe.samples_per_task,
@@ -180,7 +189,6 @@ def train_agent(
     )
     history = trainer.fit(agent, train_tasks, val_tasks)
     generation = asyncio.run(_generation_counts(out / "store.db"))
-    algorithm.save(out / "checkpoint")
     validations = [row for row in history if "val_reward_mean" in row]
     steps = [row for row in history if "time_update_s" in row]
     rollout_seconds = sum(row["time_rollouts_s"] for row in steps) or float("nan")
@@ -202,8 +210,7 @@ def train_agent(
         "trained_tokens_per_s": tracker.tokens / update_seconds,
         "recipe": asdict(recipe),
     }
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    _plot(tracker.rows, validations, out / "reward_curve.png")
+    (out / "scenario.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     console.print(
         f"held-out reward {summary['initial_eval_reward']:.3f} → [bold]{summary['final_eval_reward']:.3f}[/] "
         f"in {summary['rl_seconds']:.0f} s of RL ({summary['iterations']} updates), "
@@ -222,23 +229,14 @@ def _cycle(tasks: Sequence[Mapping[str, JsonValue]], count: int, rng: random.Ran
     return drawn
 
 
-class _Tracker:
-    """After each update: the sampled reward, metrics.jsonl and the tokens trained on."""
+class _TokenCount:
+    """Counts the prompt and response tokens each update trains on."""
 
-    def __init__(self, path: Path, console: Console) -> None:
-        self.path = path
-        self.console = console
-        self.rows: list[dict[str, float]] = []
+    def __init__(self) -> None:
         self.tokens = 0
-        path.write_text("", encoding="utf-8")
 
     def __call__(self, transitions: Sequence[Transition], metrics: Mapping[str, float]) -> None:
-        by_rollout = {t.rollout_id: t.reward for t in transitions}
         self.tokens += sum(len(t.prompt_token_ids) + len(t.response_token_ids) for t in transitions)
-        row = {"iteration": len(self.rows) + 1, "reward": statistics.fmean(by_rollout.values()), **metrics}
-        self.rows.append(row)
-        with self.path.open("a", encoding="utf-8") as file:
-            file.write(json.dumps(row) + "\n")
 
 
 async def _generation_counts(store_path: Path) -> dict[str, int]:
@@ -262,26 +260,6 @@ def _peak_rss_gb() -> float:
     """This process's peak resident memory (Linux reports kilobytes, macOS bytes)."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / (1 << 30) if sys.platform == "darwin" else peak / (1 << 20)
-
-
-def _plot(rows: Sequence[Mapping[str, float]], validations: Sequence[Mapping[str, float]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(7, 4), dpi=120)
-    axes.plot([r["iteration"] for r in rows], [r["reward"] for r in rows], label="training reward (sampled)")
-    axes.plot(
-        [v["step"] for v in validations], [v["val_reward_mean"] for v in validations], "o-", label="held-out (greedy)"
-    )
-    axes.set_xlabel("GRPO iteration")
-    axes.set_ylim(-0.02, 1.02)
-    axes.grid(alpha=0.3)
-    axes.legend(loc="lower right")
-    figure.tight_layout()
-    figure.savefig(path)
-    plt.close(figure)
 
 
 def main(
