@@ -88,14 +88,14 @@ def database_path(root: Path, db_id: str) -> Path:
 
 def schema(db_path: str | Path) -> str:
     """The database's ``CREATE TABLE`` statements: what the agent is shown."""
-    with _read_only(db_path) as connection:
+    with _ReadOnly(db_path) as connection:
         rows = connection.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND sql IS NOT NULL").fetchall()
     return "\n".join(f"{sql};" for (sql,) in rows)
 
 
 def execute(db_path: str | Path, query: str, *, limit: int = 50) -> list[tuple[Any, ...]]:
     """Run ``query`` read-only and return up to ``limit`` rows; raises sqlite3.Error for bad SQL."""
-    with _read_only(db_path) as connection:
+    with _ReadOnly(db_path) as connection:
         return connection.execute(query).fetchmany(limit)
 
 
@@ -106,7 +106,7 @@ def execution_match(db_path: str | Path, predicted: str, gold: str) -> bool:
     fails or runs away is simply wrong.
     """
     try:
-        with _read_only(db_path) as connection:
+        with _ReadOnly(db_path) as connection:
             got = [_normal(row) for row in connection.execute(predicted).fetchall()]
             want = [_normal(row) for row in connection.execute(gold).fetchall()]
     except (sqlite3.Error, sqlite3.Warning):
@@ -118,7 +118,7 @@ def _normal(row: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(round(value, 4) if isinstance(value, float) else value for value in row)
 
 
-class _read_only:  # noqa: N801: used as a context manager, like open()
+class _ReadOnly:
     def __init__(self, db_path: str | Path) -> None:
         self.connection = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, check_same_thread=False)
         steps = [0]
