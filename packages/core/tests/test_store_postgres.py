@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 from relight import open_store
+from relight._retry import RetryPolicy
 from relight.errors import ConfigError, StoreError
 from relight.models import AttemptStatus, RolloutRequest, RolloutStatus
 from relight.store import Store
@@ -87,7 +88,7 @@ async def test_the_schema_is_versioned_and_a_newer_one_is_refused(database: str)
     with psycopg.connect(database, autocommit=True) as conn:
         assert conn.execute("SELECT version FROM relight_schema").fetchall() == [(SCHEMA_VERSION,)]
         conn.execute("INSERT INTO relight_schema VALUES (%s)", (SCHEMA_VERSION + 1,))
-    newer = PostgresStore(database, retry_seconds=0)
+    newer = PostgresStore(database, retry=RetryPolicy(attempts=1))
     try:
         with pytest.raises(StoreError, match=f"version {SCHEMA_VERSION + 1}, newer"):
             await newer.stats()
@@ -101,7 +102,7 @@ async def test_urls_and_options_are_checked(database: str) -> None:
     await store.close()
     with pytest.raises(ConfigError, match="min_connections"):
         PostgresStore(database, min_connections=5, max_connections=2)
-    unreachable = PostgresStore("postgresql://nobody:secret@127.0.0.1:1/none", retry_seconds=0.2)
+    unreachable = PostgresStore("postgresql://nobody:secret@127.0.0.1:1/none", retry=RetryPolicy(attempts=2))
     with pytest.raises(StoreError, match=r"postgresql://nobody@127\.0\.0\.1:1/none") as raised:
         await unreachable.stats()
     assert "secret" not in str(raised.value)

@@ -2,7 +2,7 @@
 
 :class:`Database` runs a store's transactions and reads on pooled connections, retrying those that
 fail for a reason that passes (the server restarting, a dropped connection, a deadlock) with
-backoff for up to ``retry_seconds``. Its listener holds one connection that ``LISTEN``s on
+backoff (relight's :class:`relight._retry.RetryPolicy`). Its listener holds one connection that ``LISTEN``s on
 :data:`CHANNEL` and bumps :class:`Changes` on every notification, so waiters in this process wake
 on commits made anywhere; after reconnecting it wakes them all, since it may have missed some.
 """
@@ -18,6 +18,7 @@ import psycopg
 from psycopg import errors
 from psycopg_pool import AsyncConnectionPool
 
+from relight._retry import RetryPolicy, retry_async
 from relight.errors import StoreError
 from relight.stores import _rules
 from relight.stores._changes import Changes
@@ -30,8 +31,6 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-_FIRST_BACKOFF = 0.05
-_MAX_BACKOFF = 2.0
 _TRANSIENT_STATES = frozenset({"40001", "40P01", "55P03", "57P01", "57P02", "57P03", "53300"})
 """Serialization failure, deadlock, lock not available, server shutting down or starting, too many connections."""
 
@@ -39,10 +38,10 @@ _TRANSIENT_STATES = frozenset({"40001", "40P01", "55P03", "57P01", "57P02", "57P
 class Database:
     """A PostgreSQL database as a store uses it; opened on first use, from within the store's event loop."""
 
-    def __init__(self, url: str, changes: Changes, *, sizes: tuple[int, int], retry_seconds: float) -> None:
+    def __init__(self, url: str, changes: Changes, *, sizes: tuple[int, int], retry: RetryPolicy) -> None:
         self.url = url
         self.changes = changes
-        self.retry_seconds = retry_seconds
+        self.retry = retry
         self.closed = False
         self.retries = 0
         """Transient failures retried since the store was opened."""
@@ -119,32 +118,36 @@ class Database:
             await migrate(conn)
 
     async def _retrying(self, fn: Callable[[], Awaitable[T]]) -> T:
-        """Call ``fn`` until it succeeds, retrying transient PostgreSQL failures for ``retry_seconds``."""
-        loop = asyncio.get_running_loop()
-        give_up = loop.time() + self.retry_seconds
-        delay = _FIRST_BACKOFF
-        while True:
+        """Call ``fn`` until it succeeds, retrying transient PostgreSQL failures as :attr:`retry` says."""
+
+        async def once() -> T:
             self._check_open()
-            try:
-                return await fn()
-            except psycopg.Error as error:
-                if self.closed:
-                    raise _rules.closed() from error
-                if not _transient(error) or loop.time() + delay > give_up:
-                    raise StoreError(f"PostgreSQL store at {_safe(self.url)} failed: {error}") from error
-                self.retries += 1
-                logger.warning("relight: PostgreSQL store: %s; retrying in %.2f s", str(error).strip(), delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, _MAX_BACKOFF)
+            return await fn()
+
+        def retried(error: BaseException) -> None:
+            self.retries += 1
+            logger.warning("relight: PostgreSQL store: %s; retrying", str(error).strip())
+
+        try:
+            return await retry_async(
+                once, policy=self.retry, transient=self._transient, what="PostgreSQL store call", on_retry=retried
+            )
+        except psycopg.Error as error:
+            if self.closed:
+                raise _rules.closed() from error
+            raise StoreError(f"PostgreSQL store at {_safe(self.url)} failed: {error}") from error
+
+    def _transient(self, error: BaseException) -> bool:
+        return not self.closed and isinstance(error, psycopg.Error) and _transient(error)
 
     async def _listen(self) -> None:
         """Hold a LISTEN connection and wake this store's waiters on every notification, reconnecting as needed."""
-        delay = _FIRST_BACKOFF
+        failures = 0
         while not self.closed:
             try:
                 async with await psycopg.AsyncConnection.connect(self.url, autocommit=True) as conn:
                     await conn.execute(f"LISTEN {CHANNEL}".encode())
-                    delay = _FIRST_BACKOFF
+                    failures = 0
                     self.changes.notify()  # a change made while not listening is not missed
                     async for _ in conn.notifies():
                         self.changes.notify()
@@ -153,8 +156,8 @@ class Database:
                     return
                 logger.warning("relight: PostgreSQL store: listening for changes failed (%s); reconnecting", error)
                 self.changes.notify()
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, _MAX_BACKOFF)
+                await asyncio.sleep(self.retry.delay(min(failures, 16)))  # the store's backoff, with its cap
+                failures += 1
 
     def _check_open(self) -> None:
         if self.closed:

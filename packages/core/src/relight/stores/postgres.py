@@ -12,8 +12,9 @@ and its pool). relight creates its tables (``relight_*``) and migrates them itse
   when another process enqueues. Nothing polls; a waiter also wakes at the next lease expiry.
 - Spans go in as one multi-row ``INSERT … SELECT FROM unnest(…)`` per batch.
 - Transient failures (the server restarting, a dropped connection, a deadlock) are retried with
-  backoff for up to ``retry_seconds``; writes are safe to repeat (rollout ids are chosen before the
-  first try, spans are unique by id, a finish that did commit is recognised).
+  backoff (``retry``: by default ~30 s of patience, enough for a restart); writes are safe to
+  repeat (rollout ids are chosen before the first try, spans are unique by id, a finish that did
+  commit is recognised).
 - Locks are taken in one order (queue row, rollout, attempt) so writers do not deadlock.
 
 Leases run on the callers' clocks: hosts sharing a store should keep them in sync (NTP).
@@ -28,6 +29,7 @@ from typing import Any
 
 from pydantic import JsonValue
 
+from relight._retry import RetryPolicy
 from relight.errors import ConfigError
 from relight.models import (
     Attempt,
@@ -52,6 +54,8 @@ __all__ = ["PostgresStore"]
 
 
 _SPAN_COUNT_SHARDS = 16
+DEFAULT_RETRY = RetryPolicy(attempts=12, base_seconds=0.05, cap_seconds=5.0)
+"""Up to ~30 s of backoff: long enough for PostgreSQL to restart or fail over."""
 
 
 class PostgresStore:
@@ -61,7 +65,7 @@ class PostgresStore:
         url: a libpq connection URL (``postgresql://user:password@host:port/db?sslmode=…``).
         clock: wall-clock time for leases and timestamps; tests pass a manual one.
         min_connections / max_connections: the connection pool's size (the listener has its own).
-        retry_seconds: how long transient failures are retried before the call fails with StoreError.
+        retry: how transient failures are retried before the call fails with StoreError.
     """
 
     def __init__(
@@ -71,7 +75,7 @@ class PostgresStore:
         clock: Callable[[], float] = time.time,
         min_connections: int = 1,
         max_connections: int = 10,
-        retry_seconds: float = 60.0,
+        retry: RetryPolicy = DEFAULT_RETRY,
     ) -> None:
         if not url.startswith(("postgresql://", "postgres://")):
             raise ConfigError(f"PostgreSQL store URL {url!r} must start with postgresql:// or postgres://")
@@ -82,7 +86,7 @@ class PostgresStore:
         self.url = url
         self._clock = clock
         self._changes = Changes(clock)
-        self._db = Database(url, self._changes, sizes=(min_connections, max_connections), retry_seconds=retry_seconds)
+        self._db = Database(url, self._changes, sizes=(min_connections, max_connections), retry=retry)
         self._shard = os.getpid() % _SPAN_COUNT_SHARDS
 
     @classmethod
