@@ -14,8 +14,8 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import relight
 from relight.transitions import RoleFilter, TransitionBuilder
@@ -23,8 +23,7 @@ from relight.transitions import RoleFilter, TransitionBuilder
 HERE = Path(__file__).parent
 
 
-@dataclass(frozen=True, slots=True)
-class Scenario:
+class Scenario(NamedTuple):
     agent: str
     """``module:rollout`` of the agent."""
     data: str

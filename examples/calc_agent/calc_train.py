@@ -15,16 +15,7 @@ from calc_scripted import scripted_model
 
 from relight_torch.recipe import Recipe, main
 
-RECIPE = Recipe(
-    demonstrations=48,
-    sft_steps=30,
-    sft_lr=5e-5,
-    iterations=24,
-    tasks_per_iteration=4,
-    samples_per_task=8,
-    lr=1e-5,
-    eval_tasks=48,
-)
+RECIPE = Recipe(demonstrations=48, iterations=24, samples_per_task=8, eval_tasks=48)
 
 
 if __name__ == "__main__":

@@ -10,16 +10,8 @@ from math_crew import TRAINED_ROLE, load, solve
 
 from relight_torch.recipe import Recipe, main
 
-RECIPE = Recipe(
-    demonstrations=32,
-    sft_steps=30,
-    sft_lr=5e-5,
-    iterations=16,
-    tasks_per_iteration=4,
-    samples_per_task=4,
-    lr=1e-5,
-    eval_tasks=40,
-)
+RECIPE = Recipe()
+"""The shared defaults: 32 scripted runs, 30 SFT steps at 5e-5, 16 GRPO updates of 4 tasks x 4 samples at 1e-5."""
 
 if __name__ == "__main__":
     main(solve, train=load("train"), val=load("test"), script=scripted_model, recipe=RECIPE, roles=[TRAINED_ROLE])

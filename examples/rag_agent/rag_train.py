@@ -11,16 +11,8 @@ from rag_scripted import scripted_model
 
 from relight_torch.recipe import Recipe, main
 
-RECIPE = Recipe(
-    demonstrations=32,
-    sft_steps=30,
-    sft_lr=5e-5,
-    iterations=16,
-    tasks_per_iteration=4,
-    samples_per_task=4,
-    lr=1e-5,
-    eval_tasks=40,
-)
+RECIPE = Recipe()
+"""The shared defaults: 32 scripted runs, 30 SFT steps at 5e-5, 16 GRPO updates of 4 tasks x 4 samples at 1e-5."""
 
 if __name__ == "__main__":
     main(research, train=load("train"), val=load("dev"), script=scripted_model, recipe=RECIPE)

@@ -14,16 +14,7 @@ from sql_scripted import script
 
 from relight_torch.recipe import Recipe, main
 
-RECIPE = Recipe(
-    demonstrations=64,
-    sft_steps=30,
-    sft_lr=5e-5,
-    iterations=16,
-    tasks_per_iteration=4,
-    samples_per_task=4,
-    lr=1e-5,
-    eval_tasks=40,
-)
+RECIPE = Recipe(demonstrations=64)
 
 if __name__ == "__main__":
     main(
