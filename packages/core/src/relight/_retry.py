@@ -30,11 +30,12 @@ T = TypeVar("T")
 class RetryPolicy:
     """How to retry: up to ``attempts`` tries, waiting a random time in ``[0, min(cap, base * 2**n)]`` before try n+1.
 
-    The defaults ride out a store server restart of ~15 s (8 tries, about 16 s of waiting at most).
+    The defaults ride out a store server restart of several seconds (10 tries: at most ~26 s of waiting,
+    ~13 s on average).
     ``RetryPolicy(attempts=1)`` never retries.
     """
 
-    attempts: int = 8
+    attempts: int = 10
     base_seconds: float = 0.1
     cap_seconds: float = 5.0
 

@@ -156,8 +156,7 @@ class Runner:
         tracing.install(self._batcher)
         try:
             outage = 0
-            while not self._stopping:
-                await slots.acquire()
+            while await self._free_slot(slots):
                 try:
                     claimed = await self._claim()
                 except StoreError as error:
@@ -192,6 +191,20 @@ class Runner:
         self._stopped.set()
         if self._claiming is not None:
             self._claiming.cancel()
+
+    async def _free_slot(self, slots: asyncio.Semaphore) -> bool:
+        """Wait for a free slot; False once the runner is stopping (also while every slot is busy with a hung agent)."""
+        if self._stopping:
+            return False
+        acquiring = asyncio.ensure_future(slots.acquire())
+        stopping = asyncio.ensure_future(self._stopped.wait())
+        await asyncio.wait((acquiring, stopping), return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        acquiring.cancel()
+        got = acquiring.done() and not acquiring.cancelled()
+        if got and self._stopping:
+            slots.release()
+        return got and not self._stopping
 
     async def _wait_out(self, error: StoreError, outage: int) -> int:
         """Back off after a failed claim (the store is away); returns the outage's failed claims so far."""

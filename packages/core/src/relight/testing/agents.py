@@ -2,13 +2,18 @@
 
 They drive the real ``openai`` client through the gateway. A task is a mapping: ``{"text": str}``,
 plus ``"stream": true`` to stream every call, ``"fail": true`` to raise after the first call, and
-``"hang_first_attempt": true`` to block forever (until the process is killed) in a first attempt.
+``"hang_first_attempt": true`` to block forever (until the process is killed) in a first attempt,
+``"hang": true`` to block forever after the first call in every attempt, and ``"die": "first"`` or
+``"die": "always"`` to SIGKILL its own process after the first call (runner processes only!).
 Against :func:`relight.testing.upstream.echo`, each call's reply is its prompt's last user message,
 so the n-th reply of a task is ``"<text> #<n>"``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
 import ssl
 import threading
 from collections.abc import Mapping
@@ -21,7 +26,7 @@ from openai.types.chat import ChatCompletionMessageParam
 from relight.agent import LLM, rollout
 from relight.context import current_attempt
 
-__all__ = ["CALLS", "three_calls", "three_calls_async"]
+__all__ = ["CALLS", "SPANS", "many_spans_async", "three_calls", "three_calls_async"]
 
 CALLS = 3
 
@@ -56,8 +61,11 @@ def three_calls(task: Mapping[str, Any], llm: LLM) -> float:
             if task.get("fail"):
                 raise RuntimeError(f"the agent gave up on {task['text']!r}")
             attempt = current_attempt()
-            if task.get("hang_first_attempt") and attempt is not None and attempt.attempt_id.endswith("-a1"):
+            first = attempt is not None and attempt.attempt_id.endswith("-a1")
+            if task.get("hang") or (task.get("hang_first_attempt") and first):
                 threading.Event().wait()
+            if task.get("die") == "always" or (task.get("die") == "first" and first):
+                os.kill(os.getpid(), signal.SIGKILL)
     return _reward(task, reply)
 
 
@@ -82,3 +90,22 @@ async def three_calls_async(task: Mapping[str, Any], llm: LLM) -> float:
             if task.get("fail"):
                 raise RuntimeError(f"the agent gave up on {task['text']!r}")
     return _reward(task, reply)
+
+
+SPANS = 20
+
+
+@rollout
+async def many_spans_async(task: Mapping[str, Any], llm: LLM) -> float:
+    """``SPANS`` spans and no LLM call: ``SPANS - 1`` tool spans, then the returned reward's span.
+
+    For load tests of the store and the runners, where the LLM would only add its own cost.
+    """
+    from relight import tracing
+
+    for step in range(SPANS - 1):
+        with tracing.tracer().start_as_current_span(f"tool {step}", attributes={"relight.step": step}):
+            pass
+        if step % 5 == 0:
+            await asyncio.sleep(0)  # let the loop breathe, as an agent awaiting its tools would
+    return 1.0

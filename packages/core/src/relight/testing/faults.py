@@ -175,6 +175,7 @@ class StoreServerProcess:
         if self.process is not None:
             self.process.send_signal(signal.SIGKILL)
             self.process.wait()
+            self._close_pipe()
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -182,7 +183,11 @@ class StoreServerProcess:
             try:
                 self.process.wait(30)
             except subprocess.TimeoutExpired:
-                self.kill()
+                self.process.kill()
+                self.process.wait()
+        self._close_pipe()
+
+    def _close_pipe(self) -> None:
         if self.process is not None and self.process.stdout is not None:
             with contextlib.suppress(OSError):
                 self.process.stdout.close()
