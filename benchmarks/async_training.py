@@ -115,10 +115,10 @@ def warm_weights(recipe: Recipe) -> dict[str, torch.Tensor]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--iterations", type=int, default=8, help="updates per mode (default 8)")
-    parser.add_argument("--tasks", type=int, default=8, help="tasks per update (default 8)")
-    parser.add_argument("--samples", type=int, default=8, help="samples per task (default 8)")
-    parser.add_argument("--sft-steps", type=int, default=150, help="warm-start steps (default 150)")
+    parser.add_argument("--iterations", type=int, default=12, help="updates per mode (default 12)")
+    parser.add_argument("--tasks", type=int, default=16, help="tasks per update (default 16, the demo's)")
+    parser.add_argument("--samples", type=int, default=8, help="samples per task (default 8, the demo's)")
+    parser.add_argument("--sft-steps", type=int, default=300, help="warm-start steps (default 300, the demo's)")
     parser.add_argument("--eval-tasks", type=int, default=64, help="held-out greedy evaluation tasks (default 64)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")

@@ -133,6 +133,22 @@ async def test_stale_groups_are_dropped_whole_counted_and_marked_in_the_store(tm
         assert reason is (DropReason.STALENESS if r.group_id == "step2-task0" else None)
 
 
+async def test_a_stale_group_can_be_sampled_again_instead(tmp_path: Path) -> None:
+    store = InMemoryStore()
+    async with ScriptedUpstream() as upstream:
+        algorithm = _StaleMaker(upstream, store)
+        trainer = _trainer(
+            algorithm, store, max_staleness=1, batch_size=1, n_samples=2, resample_stale=True, run_dir=tmp_path
+        )
+        history = await trainer.afit(waits_then_calls, _tasks([[0.0, 0.0]] * 4))
+    trained = [group for batch in algorithm.batches for group in {t.group_id for t in batch}]
+    # Every task is trained on exactly once; the one dropped as stale, as a group sampled again.
+    assert sorted(group.split("-")[0] for group in trained) == ["step1", "step2", "step3", "step4"]
+    assert "step2-task0" not in trained
+    assert any(group.startswith("step2-task0-resample") for group in trained)
+    assert history[-1]["groups_resampled"] == history[-1]["groups_dropped_stale"] >= 1
+
+
 class _StaleMaker(RecordingAlgorithm):
     """Its first update waits for every rollout enqueued so far and raises the policy version by two."""
 

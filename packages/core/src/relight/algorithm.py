@@ -12,6 +12,11 @@ restores itself. ``Trainer.fit`` does the rest::
 Because the gateway is paused for the whole of :meth:`Algorithm.update`, an update may swap the
 served weights in place; the next call is served by the new policy, and every LLM span records the
 :attr:`Algorithm.policy_version` it was served under.
+
+An algorithm that can be updated while its policy serves calls (relight-torch's
+``GRPO(live_updates=True)``, whose engine swaps the weights between two generation steps) says so
+with a true ``live_updates`` attribute; asynchronous training (``Trainer(max_staleness=k)``, see
+:mod:`relight.asynchronous`) then updates it without pausing the gateway. Any other is paused for.
 """
 
 from __future__ import annotations

@@ -16,7 +16,9 @@
   ``policy_version_segments``). A group holding a transition more than ``k`` versions behind is
   dropped whole when a batch is formed, counted (``groups_dropped_stale``,
   ``transitions_dropped_stale``) and marked in the store with a ``relight.dropped`` annotation span
-  (:mod:`relight.drops`), so a dashboard can say why it was never trained on.
+  (:mod:`relight.drops`), so a dashboard can say why it was never trained on. With
+  ``resample_stale`` its task is sampled again, first in line, by the current policy
+  (``groups_resampled``; the new group's id ends in ``-resample<n>``).
 * **Aging out.** A group still unfinished when the policy has moved more than ``k`` versions past
   the version it was admitted under, or after ``group_timeout`` seconds, is cancelled and counted
   (``groups_aged_out``): a hanging agent holds one admission slot for a while, never the learner.
@@ -32,6 +34,7 @@ learner (waiting for a batch) and of the runners (no training rollout in flight)
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import statistics
 import time
 from collections import Counter, deque
@@ -64,6 +67,7 @@ class AsyncOptions:
     epochs: int
     max_attempts: int
     group_timeout: float | None
+    resample_stale: bool = False
 
     def __post_init__(self) -> None:
         if self.max_staleness < 0:
@@ -93,6 +97,14 @@ class _Task:
     step: int
     position: int
     input: JsonValue
+    resampled: int = 0
+    """How many of its groups were dropped as stale and sampled again."""
+
+    @property
+    def group_id(self) -> str:
+        """Named as the synchronous loop names it, plus how often it was sampled again."""
+        suffix = f"-resample{self.resampled}" if self.resampled else ""
+        return f"step{self.step}-task{self.position}{suffix}"
 
 
 @dataclass(eq=False)
@@ -100,7 +112,7 @@ class _Group:
     """One task's rollouts, from admission until trained on, dropped or aged out."""
 
     index: int
-    epoch: int
+    task: _Task
     group_id: str
     rollout_ids: list[str]
     version: int
@@ -126,6 +138,7 @@ class _Totals:
     groups_dropped_stale: int = 0
     transitions_dropped_stale: int = 0
     groups_aged_out: int = 0
+    groups_resampled: int = 0
     learner_idle: float = 0.0
     runner_idle: float = 0.0
 
@@ -156,6 +169,7 @@ class AsyncTraining:
         self.live = bool(getattr(algorithm, "live_updates", False))
         self._inflight: dict[str, _Group] = {}
         self._ready: list[_Group] = []
+        self._pending: deque[_Task] = deque()
         self._totals = _Totals(began=time.perf_counter())
 
     async def run(
@@ -164,7 +178,7 @@ class AsyncTraining:
         """Train over ``epochs`` passes of ``dataset``; returns the last step, resources and each step's metrics."""
         size = self.options.batch_size
         steps_per_epoch = -(-len(dataset) // size)
-        pending = deque(
+        self._pending = pending = deque(
             _Task(epoch, epoch * steps_per_epoch + index // size + 1, index % size, task)
             for epoch in range(self.options.epochs)
             for index, task in enumerate(dataset)
@@ -177,12 +191,12 @@ class AsyncTraining:
         )
         with Progress(*columns, TimeElapsedColumn(), console=console, transient=True) as progress:
             bar = progress.add_task("groups", total=len(pending), info="")
-            return await self._run(pending, resources, lambda: self._show(progress, bar))
+            return await self._run(resources, lambda: self._show(progress, bar))
 
     def _show(self, progress: Progress, bar: TaskID) -> None:
         """The progress line: groups done (trained, dropped or aged out), policy version, rate and drops."""
         totals = self._totals
-        done = totals.groups_trained + totals.groups_dropped_stale + totals.groups_aged_out
+        done = totals.groups_trained + totals.groups_dropped_stale + totals.groups_aged_out - totals.groups_resampled
         rate = totals.rollouts / max(time.perf_counter() - totals.began, 1e-9)
         info = (
             f"v{self.algorithm.policy_version}  {rate:.1f} rollouts/s  {len(self._inflight)} groups in flight  "
@@ -192,10 +206,10 @@ class AsyncTraining:
 
     async def _run(
         self,
-        pending: deque[_Task],
         resources: Resources,
         show: Callable[[], None],
     ) -> tuple[int, Resources, list[dict[str, float]]]:
+        pending = self._pending
         history: list[dict[str, float]] = []
         admitted = step = updated = 0
         update: asyncio.Task[tuple[dict[str, float], Resources]] | None = None
@@ -245,7 +259,7 @@ class AsyncTraining:
         return step, resources, history
 
     async def _admit(self, index: int, task: _Task, resources: Resources) -> None:
-        group_id = f"step{task.step}-task{task.position}"  # named as the synchronous loop names it
+        group_id = task.group_id
         requests = [
             RolloutRequest(
                 input=task.input,
@@ -260,7 +274,7 @@ class AsyncTraining:
         ids = [rollout.rollout_id for rollout in rollouts]
         waiter = asyncio.create_task(self.store.wait(ids))
         version = self.algorithm.policy_version
-        self._inflight[group_id] = _Group(index, task.epoch, group_id, ids, version, time.perf_counter(), waiter)
+        self._inflight[group_id] = _Group(index, task, group_id, ids, version, time.perf_counter(), waiter)
 
     async def _finished(self, group: _Group, rollouts: list[Rollout]) -> None:
         """A group whose rollouts have all ended: read its transitions and queue it for a batch."""
@@ -278,6 +292,9 @@ class AsyncTraining:
         for group in self._ready:
             if group.staleness(version) > k:
                 await self._drop(group, DropReason.STALENESS, version)
+                if self.options.resample_stale:
+                    self._pending.appendleft(dataclasses.replace(group.task, resampled=group.task.resampled + 1))
+                    self._totals.groups_resampled += 1
             else:
                 fresh.append(group)
         self._ready = fresh
@@ -341,7 +358,7 @@ class AsyncTraining:
             "reward_mean": statistics.fmean(returns) if returns else 0.0,
             "time_rollouts_s": waited,
             "time_update_s": updated - began,
-            "epoch": max(group.epoch for group in batch),
+            "epoch": max(group.task.epoch for group in batch),
             **self._async_metrics(batch, version, step),
         }
         resources = await self.hooks.publish()
@@ -354,6 +371,7 @@ class AsyncTraining:
             "groups_dropped_stale": totals.groups_dropped_stale,
             "transitions_dropped_stale": totals.transitions_dropped_stale,
             "groups_aged_out": totals.groups_aged_out,
+            "groups_resampled": totals.groups_resampled,
         }
 
     def _async_metrics(self, batch: list[_Group], version: int, step: int) -> dict[str, float]:

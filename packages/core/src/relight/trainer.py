@@ -110,6 +110,7 @@ class Trainer:
         max_staleness: None trains synchronously; ``k`` trains asynchronously, never on a transition
             more than ``k`` policy versions behind (see :mod:`relight.asynchronous`; 0 behaves as synchronous).
         group_timeout: in asynchronous training, seconds after which an unfinished group is cancelled.
+        resample_stale: in asynchronous training, sample a group dropped as too stale again (else it is only counted).
         gateway: how the gateway listens and retokenizes.
         console: where tables and progress go.
         run_dir: the run folder of ``fit`` (see :mod:`relight.runfolder`); ``runs/<date>-<time>`` by default.
@@ -139,6 +140,7 @@ class Trainer:
         checkpoint_dir: str | Path | None = None,
         max_staleness: int | None = None,
         group_timeout: float | None = None,
+        resample_stale: bool = False,
         gateway: GatewayOptions | None = None,
         console: Console | None = None,
         run_dir: str | Path | None = None,
@@ -166,6 +168,7 @@ class Trainer:
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
         self.max_staleness = max_staleness
         self.group_timeout = group_timeout
+        self.resample_stale = resample_stale
         self.gateway_options: GatewayOptions = gateway or {}
         self.console = console or Console()
         self.run_dir = Path(run_dir) if run_dir is not None else None
@@ -314,6 +317,7 @@ class Trainer:
             epochs=self.epochs,
             max_attempts=self.max_attempts,
             group_timeout=self.group_timeout,
+            resample_stale=self.resample_stale,
         )
         training = AsyncTraining(loop.store, loop.gateway, algorithm, self.transitions, options, hooks)
         return await training.run(dataset, resources, self.console)
