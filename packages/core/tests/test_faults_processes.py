@@ -127,7 +127,8 @@ async def test_a_store_server_killed_and_restarted_mid_run_loses_nothing(tmp_pat
         async with ScriptedUpstream() as upstream, Gateway(store, [upstream.base_url]) as gateway:
             halfway = first_calls_reach(upstream, count // 3, "task")
             ids = await enqueue(store, [{"text": f"task-{i}"} for i in range(count)], max_attempts=3)
-            runners = RunnerProcesses(2, three_calls, server.url, gateway_url=gateway.url, model="scripted", concurrency=4)
+            options: dict[str, Any] = {"gateway_url": gateway.url, "model": "scripted", "concurrency": 4}
+            runners = RunnerProcesses(2, three_calls, server.url, **options)
             runners.start()
             await halfway.wait()
             server.kill()
