@@ -70,9 +70,23 @@ def connect_ray(config: DictConfig, address: str | None) -> bool:
     # As verl's main_ppo does it: verl's defaults, then the config's ray_kwargs.ray_init on top.
     init = config.ray_kwargs.get("ray_init", {})
     runtime_env = OmegaConf.merge(get_ppo_ray_runtime_env(config), init.get("runtime_env", {}))
-    kwargs = OmegaConf.to_container(OmegaConf.create({**init, "runtime_env": runtime_env}))
-    ray.init(address=address, **kwargs)  # type: ignore[arg-type]
+    kwargs: dict[str, Any] = OmegaConf.to_container(OmegaConf.create({**init, "runtime_env": runtime_env}))  # type: ignore[assignment]
+    if config.trainer.device == "cpu":
+        from relight_verl.cpu.plugin import ray_options
+
+        processes = config.trainer.nnodes * config.trainer.n_gpus_per_node
+        kwargs = ray_options(kwargs, processes=processes, local=address is None)
+    ray.init(address=address, **kwargs)
     return True
+
+
+def _resource_pools(runner: BaseTaskRunner, config: DictConfig) -> Any:
+    manager = runner.init_resource_pool_mgr(config)
+    if config.trainer.device != "cpu":
+        return manager
+    from relight_verl.cpu.resources import on_cpu
+
+    return on_cpu(manager)
 
 
 class RelightPPOTrainer(RayPPOTrainer):
@@ -92,7 +106,7 @@ class RelightPPOTrainer(RayPPOTrainer):
                 tokenizer=model.tokenizer,
                 processor=model.processor,
                 role_worker_mapping=runner.role_worker_mapping,
-                resource_pool_manager=runner.init_resource_pool_mgr(config),
+                resource_pool_manager=_resource_pools(runner, config),
                 ray_worker_group_cls=worker_group_cls,
             )
         self.algorithm = omega_conf_to_dataclass(config.algorithm)

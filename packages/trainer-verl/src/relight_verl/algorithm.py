@@ -80,6 +80,10 @@ class VerlAlgorithm:
         with self._lock:
             if self._trainer is not None:
                 return
+            if self.config.device == "cpu":
+                from relight_verl.cpu.plugin import activate
+
+                activate()  # before verl's trainer is imported: some of its modules read the device on import
             from omegaconf import OmegaConf
 
             from relight_verl._ppo_trainer import RelightPPOTrainer, connect_ray

@@ -43,6 +43,10 @@ class VerlConfig(BaseModel):
     n_gpus_per_node: int = Field(default=1, ge=1)
     ray_address: str | None = None
     """``None`` starts a local Ray; ``"auto"`` or ``"host:6379"`` joins a cluster made with ``ray start``."""
+    device: Literal["cuda", "cpu"] = "cuda"
+    """``cpu`` runs verl's trainer, FSDP workers and weight sync on the CPU (gloo collectives), with
+    relight-torch's engine serving rollouts where vLLM would: a debugging and CI mode for small
+    models (see :mod:`relight_verl.cpu`). ``n_gpus_per_node`` then counts training processes."""
     tensor_parallel_size: int = Field(default=1, ge=1)
     """GPUs per vLLM replica; each replica is one gateway upstream."""
     gpu_memory_utilization: float = Field(default=0.5, gt=0, le=1)
@@ -111,6 +115,11 @@ class VerlConfig(BaseModel):
             raise ValueError(
                 f"n_gpus_per_node ({self.n_gpus_per_node}) must be a multiple of "
                 f"tensor_parallel_size ({self.tensor_parallel_size})"
+            )
+        if self.device == "cpu" and self.tensor_parallel_size != 1:
+            raise ValueError(
+                f"tensor_parallel_size ({self.tensor_parallel_size}) must be 1 with device 'cpu': "
+                "relight-torch serves each replica from one process"
             )
         return self
 
@@ -190,7 +199,35 @@ class VerlConfig(BaseModel):
             "critic.optim.lr": self.critic_lr,
             "critic.ppo_micro_batch_size_per_gpu": micro,
         }
+        if self.device == "cpu":
+            settings |= _cpu_settings(self.name)
         return [f"{key}={_hydra_value(value)}" for key, value in settings.items()] + list(self.overrides)
+
+
+def _cpu_settings(name: str) -> dict[str, object]:
+    """What verl needs to run on the CPU: relight-torch serving, FSDP2 over gloo, no CUDA-only kernels.
+
+    FSDP2 (``fully_shard``) runs on CPU tensors, FSDP1 does not; attention is PyTorch's SDPA instead
+    of flash-attention, sequences stay padded (verl's padding removal feeds flash-attention), nothing
+    is compiled, and parameters stay in float32, the precision relight-torch serves in.
+    """
+    actor = "actor_rollout_ref.actor"
+    return {
+        "trainer.device": "cpu",
+        "actor_rollout_ref.rollout.name": "relight_torch",
+        "++actor_rollout_ref.rollout.engine_kwargs.relight_torch.served_model_name": name,
+        f"{actor}.strategy": "fsdp2",
+        "critic.strategy": "fsdp2",
+        "actor_rollout_ref.model.use_remove_padding": False,
+        "critic.model.use_remove_padding": False,
+        "++actor_rollout_ref.model.override_config.attn_implementation": "sdpa",
+        "++critic.model.override_config.attn_implementation": "sdpa",
+        f"{actor}.use_torch_compile": False,
+        f"{actor}.fsdp_config.use_torch_compile": False,
+        f"{actor}.fsdp_config.dtype": "float32",
+        "++actor_rollout_ref.ref.fsdp_config.dtype": "float32",
+        f"++{actor}.fsdp_config.mixed_precision.param_dtype": "fp32",
+    }
 
 
 def to_verl_config(config: VerlConfig) -> DictConfig:
