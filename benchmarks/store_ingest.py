@@ -1,4 +1,4 @@
-"""Span ingest and query speed of each store backend: memory, SQLite, and HTTP (a server over SQLite).
+"""Span ingest and query speed of each store backend: memory, SQLite, PostgreSQL and HTTP (a server over SQLite).
 
 Every span carries ~2 KB of attributes (messages, token ids, logprobs), 40 spans per attempt, as an
 LLM-heavy agent produces them. Three ways of adding them, labelled for what they are:
@@ -48,12 +48,14 @@ from relight.models import AttemptStatus, RolloutRequest, Span
 from relight.store import Store
 from relight.stores.http import HttpStore
 from relight.stores.memory import InMemoryStore
+from relight.stores.postgres import PostgresStore
 from relight.stores.sqlite import SqliteStore
+from relight.testing.postgres import PostgresServer
 
 SPANS_PER_ATTEMPT = 40
-AGENT_LIGHTNING = {"memory": 5_000, "sqlite": 5_000, "http": 400}
+AGENT_LIGHTNING = {"memory": 5_000, "sqlite": 5_000, "postgresql": 5_000, "http": 400}
 """Agent Lightning 0.3's spans/s: in memory (its best local store) and over HTTP, one round trip per span."""
-GOAL = {"memory": 10, "sqlite": 10, "http": 20}
+GOAL = {"memory": 10, "sqlite": 10, "postgresql": 10, "http": 20}
 MODES = {
     "batch": "await add_spans(40 spans) per attempt",
     "single": "SpanBatcher.submit(span) per span",
@@ -121,6 +123,12 @@ async def open_backend(backend: str, folder: Path) -> AsyncIterator[Store]:
         store = SqliteStore(folder / "bench.db")
         yield store
         await store.close()
+    elif backend == "postgresql":
+        # A real server this benchmark starts, fsync on: as durable as SQLite here, or more.
+        with PostgresServer(durable=True) as server:
+            store = PostgresStore(server.create_database())
+            yield store
+            await store.close()
     else:
         async with served(folder / "served.db") as url:
             store = HttpStore(url)
