@@ -179,10 +179,10 @@ def emit_annotation(payload: Mapping[str, JsonValue], *, name: str = "annotation
 
 def _emit(span_name: str, attributes: Mapping[str, str | float | bool | Sequence[str]]) -> None:
     """Record a span of the current attempt; a failing tracer is counted and logged, never raised."""
-    if current_attempt() is None:
-        logger.warning("relight: %s emitted outside a rollout attempt was not recorded", span_name)
-        return
     try:
+        if current_attempt() is None:
+            logger.warning("relight: %s emitted outside a rollout attempt was not recorded", span_name)
+            return
         with tracer().start_as_current_span(span_name, attributes=attributes):
             pass
     except Exception:

@@ -33,6 +33,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import ValidationError
 from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from relight._server import SERVER_KEEP_ALIVE_SECONDS
@@ -82,6 +83,7 @@ def create_app(
     app.add_exception_handler(RequestValidationError, _invalid_request)
     app.add_exception_handler(_ClientLeft, _nobody_to_answer)
     app.add_exception_handler(RecursionError, _too_deep)
+    app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(Exception, _internal_error)
     app.add_middleware(_Guard, token=token, max_body_bytes=max_body_bytes)
     return app
@@ -240,6 +242,13 @@ async def _store_error(request: Request, error: Exception) -> Response:
 async def _nobody_to_answer(request: Request, error: Exception) -> Response:
     """An answer the server drops (the connection is gone), so the abandoned poll ends as a normal request."""
     return Response(status_code=499)
+
+
+async def _http_error(request: Request, error: Exception) -> Response:
+    """FastAPI's own refusals (a body it cannot parse, an unknown path) in this API's error shape."""
+    assert isinstance(error, HTTPException)
+    body = _wire.error_body(type(error).__name__, str(error.detail))
+    return Response(body, status_code=error.status_code, media_type=_JSON, headers=error.headers)
 
 
 async def _too_deep(request: Request, error: Exception) -> Response:
