@@ -121,6 +121,8 @@ def test_the_composed_config_round_trips_through_yaml(tmp_path: Path) -> None:
     [
         ({"n_gpus_per_node": 8, "mini_batch_size": 12}, "mini_batch_size"),
         ({"n_gpus_per_node": 4, "tensor_parallel_size": 3, "mini_batch_size": 12}, "tensor_parallel_size"),
+        ({"device": "cpu", "n_gpus_per_node": 2, "tensor_parallel_size": 2}, "tensor_parallel_size"),
+        ({"device": "tpu"}, "device"),
         ({"algorithm": "ppo"}, "algorithm"),
         ({"lr": 0}, "lr"),
         ({"no_such_field": 1}, "no_such_field"),
@@ -129,3 +131,21 @@ def test_the_composed_config_round_trips_through_yaml(tmp_path: Path) -> None:
 def test_bad_values_are_refused_by_field_name(fields: dict[str, object], named: str) -> None:
     with pytest.raises(ValidationError, match=named):
         VerlConfig.model_validate({"model": "m", **fields})
+
+
+@pytest.mark.parametrize("algorithm", ["grpo", "gae"])
+def test_the_cpu_mode_is_accepted_by_verl_and_serves_with_relight_torch(tiny_model: Path, algorithm: str) -> None:
+    verl = to_verl_config(
+        VerlConfig(model=str(tiny_model), served_model_name="tiny", algorithm=algorithm, device="cpu")
+    )
+    accepted_by_verl(verl)
+    rollout = verl.actor_rollout_ref.rollout
+    assert (verl.trainer.device, rollout.name, rollout.engine_kwargs.relight_torch.served_model_name) == (
+        "cpu",
+        "relight_torch",
+        "tiny",
+    )
+    assert verl.actor_rollout_ref.actor.strategy == verl.actor_rollout_ref.ref.strategy == "fsdp2"
+    assert verl.critic.strategy == "fsdp2"
+    assert not verl.actor_rollout_ref.model.use_remove_padding
+    assert verl.actor_rollout_ref.model.override_config.attn_implementation == "sdpa"

@@ -1,8 +1,9 @@
 """The verl internals relight_verl._ppo_trainer relies on are still there, read from verl's source.
 
-The GPU path cannot be imported on a CPU machine with base verl (it needs verl's ``vllm``/``fsdp``
-extras), so this reads the installed verl's source instead: when a new verl in the pinned range
-renames one of these, this test says which, without a GPU.
+This reads the installed verl's source instead of importing it (the GPU path's imports need
+verl's ``vllm``/``fsdp`` extras), so when a new verl in the pinned range renames one of these, this
+test says which, in seconds. The CPU mode (``relight_verl.cpu``) imports what it uses and is
+checked by running it (``test_cpu_e2e``).
 """
 
 from __future__ import annotations

@@ -25,7 +25,9 @@ What it relies on in verl 0.9.x (check these when moving the pin):
   (``global_step_N/actor``, ``global_step_N/critic``, ``latest_checkpointed_iteration.txt``), so
   verl's resume logic finds relight's checkpoints and the other way round.
 
-This path needs GPUs and verl's ``vllm``/``fsdp`` extras; it is exercised by the ``gpu`` tests only.
+On GPUs this path needs verl's ``vllm``/``fsdp`` extras (the ``gpu`` tests). With ``trainer.device=cpu``
+it runs on the CPU through :mod:`relight_verl.cpu` (relight-torch serving instead of vLLM), which
+the slow ``test_cpu_e2e`` test drives end to end.
 """
 
 from __future__ import annotations

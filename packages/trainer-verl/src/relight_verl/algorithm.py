@@ -13,8 +13,8 @@ logprobs. :meth:`~VerlAlgorithm.update` runs with the gateway paused: the transi
 batch, vLLM sleeps while verl's workers update the actor (and critic), and verl's weight sync wakes
 vLLM with the new policy.
 
-Needs GPUs and ``pip install 'relight-verl[gpu]'``; the batch, advantage, config and metrics code
-it uses is tested on the CPU.
+Needs GPUs and ``pip install 'relight-verl[gpu]'``, or runs everything but vLLM on the CPU with
+``device="cpu"`` and ``pip install 'relight-verl[cpu]'`` (relight-torch serves; see :mod:`relight_verl.cpu`).
 """
 
 from __future__ import annotations
