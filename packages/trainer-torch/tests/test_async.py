@@ -16,29 +16,7 @@ from relight_torch.engine import TorchEngine
 from relight_torch.grpo import GRPO
 from relight_torch.learner import Learner, Sample
 from relight_torch.offpolicy import correct_stale_samples
-
-QUESTION = [{"role": "user", "content": "What is 12 * 7?"}]
-
-
-def answers(engine: TorchEngine, texts: list[str], rewards: list[float]) -> list[Transition]:
-    """A group of answers to :data:`QUESTION`, sampled (so their logprobs say) by the engine's policy version 0."""
-    prompt = engine.prompt_ids(GenerationRequest(model="m", messages=QUESTION))
-    responses = [[*engine.tokenizer.encode(text), engine.tokenizer.eos_token_id] for text in texts]
-    logprobs = Learner(engine.model, pad_id=engine.pad_id).logprobs([Sample(prompt, r) for r in responses])
-    return [
-        Transition(
-            rollout_id=f"ro-{i}",
-            attempt_id=f"at-{i}",
-            group_id="task",
-            step=0,
-            prompt_token_ids=prompt,
-            response_token_ids=response,
-            response_logprobs=logprobs[i],
-            reward=reward,
-            policy_version=0,
-        )
-        for i, (response, reward) in enumerate(zip(responses, rewards, strict=True))
-    ]
+from relight_torch.testing import QUESTION, answers
 
 
 async def test_a_live_update_trains_a_copy_while_the_engine_keeps_serving(engine: TorchEngine) -> None:

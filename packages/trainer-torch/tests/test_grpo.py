@@ -7,34 +7,10 @@ import torch
 from relight.engine import GenerationRequest, SamplingParams
 from relight.models import Transition
 from relight_torch.advantages import grpo_advantages, reinforce_pp_advantages
-from relight_torch.engine import TorchEngine
 from relight_torch.grpo import GRPO
 from relight_torch.learner import Sample
+from relight_torch.testing import QUESTION, answers
 from relight_torch.tiny import tiny_engine
-
-QUESTION = [{"role": "user", "content": "What is 12 * 7?"}]
-
-
-def answers(engine: TorchEngine, texts: list[str], rewards: list[float]) -> list[Transition]:
-    """One group: the same prompt answered with each text, scored by hand, logprobs as the engine would record."""
-    prompt = engine.prompt_ids(GenerationRequest(model="m", messages=QUESTION))
-    responses = [[*engine.tokenizer.encode(text), engine.tokenizer.eos_token_id] for text in texts]
-    samples = [Sample(prompt, response) for response in responses]
-    logprobs = GRPO(engine).learner.logprobs(samples)
-    return [
-        Transition(
-            rollout_id=f"ro-{i}",
-            attempt_id=f"at-{i}",
-            group_id="task",
-            step=0,
-            prompt_token_ids=prompt,
-            response_token_ids=response,
-            response_logprobs=logprobs[i],
-            reward=reward,
-            policy_version=0,
-        )
-        for i, (response, reward) in enumerate(zip(responses, rewards, strict=True))
-    ]
 
 
 def total_logprobs(algorithm: GRPO, transitions: list[Transition]) -> list[float]:

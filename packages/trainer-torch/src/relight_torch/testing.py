@@ -1,10 +1,13 @@
-"""Pytest fixtures for tests that need a real pretrained model; import them into a ``conftest.py``::
+"""Helpers for tests: a real pretrained model as a fixture, and hand-made groups of answers.
+
+Import the fixture into a ``conftest.py``::
 
     from relight_torch.testing import smollm2_path  # noqa: F401
 
 ``smollm2_path`` is session-scoped and the folder behind it is cached across runs
 (:func:`relight_torch.models.smollm2`); where the model cannot be had (no registry, no ``gguf``
-package) the tests that use it are skipped with the reason.
+package) the tests that use it are skipped with the reason. :func:`answers` makes a GRPO group
+whose logprobs are those the engine's policy gives it now.
 """
 
 from __future__ import annotations
@@ -13,9 +16,15 @@ from pathlib import Path
 
 import pytest
 
+from relight.engine import GenerationRequest
+from relight.models import Transition
+from relight_torch.engine import TorchEngine
+from relight_torch.learner import Learner, Sample
 from relight_torch.models import ModelUnavailable, smollm2
 
-__all__ = ["smollm2_path"]
+__all__ = ["QUESTION", "answers", "smollm2_path"]
+
+QUESTION = [{"role": "user", "content": "What is 12 * 7?"}]
 
 
 @pytest.fixture(scope="session")
@@ -25,3 +34,25 @@ def smollm2_path() -> Path:
         return smollm2()
     except ModelUnavailable as exc:
         pytest.skip(f"SmolLM2-135M-Instruct is not available here: {exc}")
+
+
+def answers(engine: TorchEngine, texts: list[str], rewards: list[float]) -> list[Transition]:
+    """One group: :data:`QUESTION` answered with each text, scored by hand, logprobs as the engine would record
+    them now (under policy version 0)."""
+    prompt = engine.prompt_ids(GenerationRequest(model="m", messages=QUESTION))
+    responses = [[*engine.tokenizer.encode(text), engine.tokenizer.eos_token_id] for text in texts]
+    logprobs = Learner(engine.model, pad_id=engine.pad_id).logprobs([Sample(prompt, r) for r in responses])
+    return [
+        Transition(
+            rollout_id=f"ro-{i}",
+            attempt_id=f"at-{i}",
+            group_id="task",
+            step=0,
+            prompt_token_ids=prompt,
+            response_token_ids=response,
+            response_logprobs=logprobs[i],
+            reward=reward,
+            policy_version=0,
+        )
+        for i, (response, reward) in enumerate(zip(responses, rewards, strict=True))
+    ]
