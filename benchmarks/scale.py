@@ -172,7 +172,7 @@ async def run(args: argparse.Namespace) -> list[Result]:
             task = progress.add_task("scale", total=len(configs))
             for kind, processes, concurrency in configs:
                 progress.update(task, description=f"{kind} × {processes} processes × {concurrency}")
-                rollouts = max(args.rollouts, 2 * processes * concurrency)
+                rollouts = max(args.rollouts, processes * concurrency)
                 results.append(await measure(kind, processes, concurrency, rollouts, Path(folder), postgres))
                 if args.json:
                     print(json.dumps(asdict(results[-1])), flush=True)
@@ -189,7 +189,7 @@ def main() -> None:
     parser.add_argument("--stores", nargs="+", default=list(STORES), choices=STORES)
     parser.add_argument("--processes", nargs="+", type=int, default=[1, 2, 4, 8], help="runner processes")
     parser.add_argument("--concurrency", nargs="+", type=int, default=[1, 8, 64], help="rollouts at once per process")
-    parser.add_argument("--rollouts", type=int, default=200, help="timed rollouts per configuration (at least 2×slots)")
+    parser.add_argument("--rollouts", type=int, default=200, help="timed rollouts per configuration (at least one per slot)")
     args = parser.parse_args()
     results = asyncio.run(run(args))
     if not args.json:

@@ -133,24 +133,27 @@ class PostgresStore:
 
         async def run(tx: Tx) -> tuple[tuple[Rollout, Attempt] | None, float | None]:
             now = await self._reap(tx)
-            # The oldest queue row no other claimer holds: concurrent claims skip each other's rows.
+            # The oldest queue row no other claimer holds (concurrent claims skip each other's rows),
+            # taken off the queue and its rollout locked in one statement.
             row = await _rows.one(
                 tx.conn,
-                "DELETE FROM relight_queue WHERE position = (SELECT position FROM relight_queue "
+                "WITH next AS (DELETE FROM relight_queue WHERE position = (SELECT position FROM relight_queue "
                 "WHERE %(mode)s::text IS NULL OR mode = %(mode)s ORDER BY position LIMIT 1 FOR UPDATE SKIP LOCKED) "
-                "RETURNING rollout_id",
+                "RETURNING rollout_id) "
+                "SELECT r.data FROM relight_rollouts r JOIN next USING (rollout_id) FOR UPDATE OF r",
                 {"mode": mode},
             )
             if row is None:
                 return None, await _rows.next_expiry(tx.conn)
-            rollout, attempt = _rules.start_attempt(
-                await _rows.get_rollout(tx.conn, row[0], lock=True), worker_id, lease_seconds, now
-            )
-            await _rows.save_rollout(tx, rollout)
+            rollout, attempt = _rules.start_attempt(Rollout.model_validate_json(row[0]), worker_id, lease_seconds, now)
             await tx.conn.execute(
+                "WITH saved AS (UPDATE relight_rollouts SET status = %s, data = %s WHERE rollout_id = %s) "
                 "INSERT INTO relight_attempts (rollout_id, attempt_id, number, status, lease_expires_at, data) "
                 "VALUES (%s, %s, %s, %s, %s, %s)",
                 (
+                    rollout.status,
+                    rollout.model_dump_json(),
+                    rollout.rollout_id,
                     attempt.rollout_id,
                     attempt.attempt_id,
                     attempt.number,
@@ -159,6 +162,7 @@ class PostgresStore:
                     attempt.model_dump_json(),
                 ),
             )
+            tx.changed = True
             return (rollout, attempt), None
 
         deadline = deadline_after(timeout)
@@ -174,9 +178,25 @@ class PostgresStore:
         self, rollout_id: str, attempt_id: str, *, lease_seconds: float = DEFAULT_LEASE_SECONDS
     ) -> Attempt:
         _rules.check_lease_seconds(lease_seconds)
+        now = self._clock()
 
-        async def run(tx: Tx) -> Attempt:
-            now = self._clock()
+        async def renew(conn: Conn) -> str | None:
+            # The usual case in one statement: the attempt runs and its lease has not run out.
+            row = await _rows.one(
+                conn,
+                "UPDATE relight_attempts SET lease_expires_at = %(lease)s, "
+                "data = jsonb_set(data::jsonb, '{lease_expires_at}', to_jsonb(%(lease)s::float8))::text "
+                "WHERE rollout_id = %(rollout)s AND attempt_id = %(attempt)s AND status = 'running' "
+                "AND lease_expires_at > %(now)s RETURNING data",
+                {"lease": now + lease_seconds, "rollout": rollout_id, "attempt": attempt_id, "now": now},
+            )
+            return None if row is None else row[0]
+
+        renewed = await self._db.read(renew)
+        if renewed is not None:
+            return Attempt.model_validate_json(renewed)
+
+        async def run(tx: Tx) -> Attempt:  # it does not: say why, as the other stores do
             attempt = _rows.as_of(await _rows.get_attempt(tx.conn, rollout_id, attempt_id, lock=True), now)
             _rules.require_running(attempt)
             attempt = attempt.model_copy(update={"lease_expires_at": now + lease_seconds})
@@ -312,19 +332,18 @@ class PostgresStore:
 
         async def run(tx: Tx) -> None:
             await _rows.require_attempts(tx.conn, attempts)
-            cursor = await tx.conn.execute(
-                "INSERT INTO relight_spans (rollout_id, attempt_id, span_id, data) "
-                "SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[]) ON CONFLICT DO NOTHING",
-                columns,
+            # The spans and the count they add, in one statement that says how many were new.
+            row = await _rows.one(
+                tx.conn,
+                "WITH added AS (INSERT INTO relight_spans (rollout_id, attempt_id, span_id, data) "
+                "SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[]) ON CONFLICT DO NOTHING "
+                "RETURNING 1), counted AS (INSERT INTO relight_span_counts SELECT %s, count(*) FROM added "
+                "HAVING count(*) > 0 ON CONFLICT (shard) DO UPDATE "
+                "SET value = relight_span_counts.value + excluded.value) SELECT count(*) FROM added",
+                (*columns, self._shard),
             )
-            if cursor.rowcount < len(spans):  # some ids were taken: only a repeat of the same span may be
+            if row is None or row[0] < len(spans):  # some ids were taken: only a repeat of the same span may be
                 await _rows.check_repeats(tx.conn, spans, columns)
-            if cursor.rowcount > 0:
-                await tx.conn.execute(
-                    "INSERT INTO relight_span_counts VALUES (%s, %s) "
-                    "ON CONFLICT (shard) DO UPDATE SET value = relight_span_counts.value + excluded.value",
-                    (self._shard, cursor.rowcount),
-                )
 
         await self._db.transact(run)
 
