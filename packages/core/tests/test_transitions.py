@@ -10,9 +10,10 @@ import pytest
 
 from relight import semconv
 from relight.errors import ConfigError
-from relight.models import AttemptStatus, Rollout, RolloutRequest, RolloutStatus, Span, SpanKind
+from relight.models import AttemptStatus, Mode, Rollout, RolloutRequest, RolloutStatus, Span, SpanKind
 from relight.stores.memory import InMemoryStore
 from relight.transitions import TransitionBuilder, read_jsonl, write_jsonl
+from relight.verdicts import Note, Reason
 
 ROLLOUT = Rollout(rollout_id="ro-1", input="task", group_id="task-7", status=RolloutStatus.SUCCEEDED)
 ATTEMPT = "ro-1-a1"
@@ -193,3 +194,71 @@ def test_jsonl_round_trip(tmp_path: Path) -> None:
     path = tmp_path / "transitions.jsonl"
     assert write_jsonl(transitions, path) == 2
     assert read_jsonl(path) == transitions
+
+
+# -- verdicts: why each call was (not) trained, from the same code ----------------------------------
+
+
+def test_each_call_gets_the_verdict_of_the_code_that_builds_transitions() -> None:
+    failed = llm(30, "r3").model_copy(update={"status_code": "ERROR", "status_message": "upstream said 500"})
+    no_ids = llm(40, "r4")
+    no_ids = no_ids.model_copy(
+        update={"attributes": {k: v for k, v in no_ids.attributes.items() if k != semconv.RESPONSE_TOKEN_IDS}}
+    )
+    cut = llm(50, "r5", **{semconv.RETOKENIZED: True, semconv.GEN_AI_RESPONSE_FINISH_REASONS: ["length"]})
+    spans = [llm(10, "r1"), llm(20, "r2"), failed, no_ids, cut]
+    spans += [role(9, 16, "writer"), role(19, 26, "critic"), role(39, 46, "writer"), role(49, 56, "writer")]
+    builder = TransitionBuilder(roles="writer")
+
+    verdicts = builder.judge(ROLLOUT, ATTEMPT, spans)
+
+    assert [(v.span.attributes[semconv.GEN_AI_RESPONSE_ID], v.step, v.reason) for v in verdicts] == [
+        ("r1", 0, None),
+        ("r2", 1, Reason.FILTERED_ROLE),
+        ("r3", None, Reason.FAILED_CALL),
+        ("r4", 2, Reason.NO_TOKEN_IDS),
+        ("r5", 3, None),
+    ]
+    assert verdicts[1].role == "critic"
+    assert "'writer'" in verdicts[1].detail
+    assert verdicts[2].detail == "upstream said 500"
+    assert verdicts[4].notes == (Note.RETOKENIZED, Note.TRUNCATED)
+    assert [v.transition for v in verdicts if v.transition] == builder.from_spans(ROLLOUT, ATTEMPT, spans)
+
+
+async def test_a_rollout_verdict_names_what_kept_its_calls_out() -> None:
+    store = InMemoryStore()
+    await store.enqueue(
+        [
+            RolloutRequest(input="retried", rollout_id="retried"),
+            RolloutRequest(input="bad", rollout_id="bad", max_attempts=1),
+            RolloutRequest(input="val", rollout_id="val", mode=Mode.VAL),
+        ]
+    )
+    for status in (AttemptStatus.FAILED, AttemptStatus.FAILED, AttemptStatus.SUCCEEDED, AttemptStatus.SUCCEEDED):
+        claimed = await store.claim("w")
+        assert claimed is not None
+        rollout, attempt = claimed
+        call = llm(10, f"{attempt.attempt_id}-call")
+        await store.add_spans(
+            [call.model_copy(update={"rollout_id": rollout.rollout_id, "attempt_id": attempt.attempt_id})]
+        )
+        await store.finish_attempt(rollout.rollout_id, attempt.attempt_id, status)
+    await store.enqueue([RolloutRequest(input="waiting", rollout_id="waiting")])
+    builder = TransitionBuilder()
+
+    async def reasons(rollout_id: str, **options: Any) -> tuple[Reason | None, list[Reason | None]]:
+        verdict = await builder.explain(store, await store.get_rollout(rollout_id), **options)
+        return verdict.reason, [call.reason for call in verdict.calls]
+
+    assert await reasons("retried") == (None, [Reason.RETRIED_ATTEMPT, None])
+    assert await reasons("bad") == (Reason.FAILED_ROLLOUT, [Reason.FAILED_ROLLOUT])
+    assert await reasons("val") == (Reason.VALIDATION, [Reason.VALIDATION])
+    assert await reasons("val", training=False) == (None, [None])
+    assert await reasons("waiting") == (Reason.NOT_FINISHED, [])
+    verdict = await builder.explain(store, await store.get_rollout("retried"))
+    assert verdict.attempt_id == "retried-a2"
+    assert verdict.transitions == await builder.from_store(store, [verdict.rollout])
+    assert verdict.summary() == "1 of 2 call(s) trained; left out: 1 retried attempt"
+    failed_too = await TransitionBuilder(include_failed=True).explain(store, await store.get_rollout("bad"))
+    assert (failed_too.reason, failed_too.summary()) == (None, "1 of 1 call(s) trained")

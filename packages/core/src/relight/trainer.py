@@ -21,7 +21,7 @@ import os
 import statistics
 import time
 from collections.abc import AsyncGenerator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict
@@ -179,13 +179,26 @@ class Trainer:
     # -- fit --------------------------------------------------------------------------------------
 
     def fit(
-        self, agent: Agent, train_dataset: Sequence[JsonValue], val_dataset: Sequence[JsonValue] | None = None
+        self,
+        agent: Agent,
+        train_dataset: Sequence[JsonValue],
+        val_dataset: Sequence[JsonValue] | None = None,
+        *,
+        dashboard: bool = False,
     ) -> list[dict[str, float]]:
-        """Train the algorithm's policy on the agent's rollouts; returns each step's metrics."""
-        return asyncio.run(self.afit(agent, train_dataset, val_dataset))
+        """Train the algorithm's policy on the agent's rollouts; returns each step's metrics.
+
+        ``dashboard=True`` serves ``relight dashboard`` of the run's store while it trains and prints its URL.
+        """
+        return asyncio.run(self.afit(agent, train_dataset, val_dataset, dashboard=dashboard))
 
     async def afit(
-        self, agent: Agent, train_dataset: Sequence[JsonValue], val_dataset: Sequence[JsonValue] | None = None
+        self,
+        agent: Agent,
+        train_dataset: Sequence[JsonValue],
+        val_dataset: Sequence[JsonValue] | None = None,
+        *,
+        dashboard: bool = False,
     ) -> list[dict[str, float]]:
         """:meth:`fit` on the running event loop."""
         algorithm = self.algorithm
@@ -203,7 +216,10 @@ class Trainer:
         try:
             # On a worker thread, like save(): relight-verl starts its whole cluster in upstreams().
             upstreams = await asyncio.to_thread(algorithm.upstreams)
-            async with self._loop(agent, upstreams, algorithm.model, store_url) as loop:
+            async with (
+                self._loop(agent, upstreams, algorithm.model, store_url) as loop,
+                self._dashboard(loop.store, upstreams, dashboard),
+            ):
                 resources = await self._publish(loop, algorithm)
                 if val_dataset and self.val_every is not None:
                     history.append(await self._validate(loop, val_dataset, resources, step=0))
@@ -459,6 +475,15 @@ class Trainer:
         finally:
             if isinstance(store_url, str):
                 await store.close()
+
+    def _dashboard(
+        self, store: Store, upstreams: Sequence[UpstreamTarget | Upstream], wanted: bool
+    ) -> AbstractAsyncContextManager[object]:
+        if not wanted:
+            return nullcontext()
+        from relight.dashboard.server import beside_run  # the web app loads only when asked for
+
+        return beside_run(store, self.transitions, upstreams, self.console)
 
     @asynccontextmanager
     async def _shared(self, store: Store, url: Store | str) -> AsyncGenerator[str]:

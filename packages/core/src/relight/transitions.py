@@ -16,7 +16,7 @@ import json
 import logging
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any, cast
 
@@ -25,8 +25,9 @@ from pydantic import JsonValue
 from relight import semconv
 from relight.credit import Call, CreditAssigner, Episode, Event, credit_assigner
 from relight.errors import ConfigError
-from relight.models import AttemptStatus, Rollout, RolloutStatus, Span, SpanKind, Transition
+from relight.models import Attempt, AttemptStatus, Mode, Rollout, RolloutStatus, Span, SpanKind, Transition
 from relight.store import Store
+from relight.verdicts import CallVerdict, Note, Reason, RolloutVerdict
 
 __all__ = [
     "RoleFilter",
@@ -97,27 +98,49 @@ class TransitionBuilder:
         """Transitions of finished rollouts, read from ``store``, rollout by rollout."""
         transitions: list[Transition] = []
         for rollout in rollouts:
-            attempt_id = await self._attempt_to_use(store, rollout)
+            attempt_id = _attempt_to_use(rollout, await store.list_attempts(rollout.rollout_id), self.include_failed)
             if attempt_id is not None:
                 spans = await store.query_spans(rollout.rollout_id, attempt_id)
                 transitions += self.from_spans(rollout, attempt_id, spans)
         return transitions
 
-    async def _attempt_to_use(self, store: Store, rollout: Rollout) -> str | None:
-        if rollout.status is RolloutStatus.SUCCEEDED:
-            attempts = await store.list_attempts(rollout.rollout_id)
-            return next(a.attempt_id for a in reversed(attempts) if a.status is AttemptStatus.SUCCEEDED)
-        if rollout.status is RolloutStatus.FAILED and self.include_failed:
-            attempts = await store.list_attempts(rollout.rollout_id)
-            return attempts[-1].attempt_id if attempts else None
-        return None
-
     def from_spans(self, rollout: Rollout, attempt_id: str, spans: Sequence[Span]) -> list[Transition]:
         """Transitions of one attempt, from its spans."""
+        verdicts = self.judge(rollout, attempt_id, spans)
+        self.skipped += sum(verdict.reason is Reason.NO_TOKEN_IDS for verdict in verdicts)
+        return [verdict.transition for verdict in verdicts if verdict.transition is not None]
+
+    async def explain(self, store: Store, rollout: Rollout, *, training: bool = True) -> RolloutVerdict:
+        """Every LLM call of ``rollout``, each with the transition it became or why it became none.
+
+        ``training`` judges as :meth:`relight.Trainer.fit` uses the builder, which never trains a
+        validation rollout; without it, as ``relight export`` does.
+        """
+        attempts = await store.list_attempts(rollout.rollout_id)
+        return self.explain_spans(rollout, attempts, await store.query_spans(rollout.rollout_id), training=training)
+
+    def explain_spans(
+        self, rollout: Rollout, attempts: Sequence[Attempt], spans: Sequence[Span], *, training: bool = True
+    ) -> RolloutVerdict:
+        """:meth:`explain` on a rollout's attempts and spans already read."""
+        used = _attempt_to_use(rollout, attempts, self.include_failed)
+        judged = used or (attempts[-1].attempt_id if attempts else None)
+        reason = _rollout_reason(rollout, used, training)
+        calls: list[CallVerdict] = []
+        for attempt in attempts:
+            verdicts = self.judge(rollout, attempt.attempt_id, spans)
+            overrule = reason if attempt.attempt_id == judged else Reason.RETRIED_ATTEMPT
+            if overrule is not None:
+                detail = _REASON_DETAILS[overrule].format(rollout=rollout, attempt=attempt)
+                verdicts = [replace(v, transition=None, reason=overrule, detail=detail) for v in verdicts]
+            calls += verdicts
+        return RolloutVerdict(rollout, judged, reason, calls)
+
+    def judge(self, rollout: Rollout, attempt_id: str, spans: Sequence[Span]) -> list[CallVerdict]:
+        """Each LLM call of one attempt, in the order made, with its transition or the reason it has none."""
         spans = [span for span in spans if span.attempt_id == attempt_id]
-        llm = sorted(
-            (s for s in spans if s.kind is SpanKind.LLM and s.status_code != "ERROR"), key=lambda s: s.start_time
-        )
+        calls = [s for s in spans if s.kind is SpanKind.LLM]
+        llm = sorted((s for s in calls if s.status_code != "ERROR"), key=lambda s: s.start_time)
         joined = _join(llm, sorted((s for s in spans if s.kind is SpanKind.ROLE), key=lambda s: s.start_time))
         rewards = [
             Event(span.start_time, value, str(span.attributes.get(semconv.REWARD_NAME, "")))
@@ -131,18 +154,34 @@ class TransitionBuilder:
             for span in spans
             if span.kind is SpanKind.TOOL
         ]
-        calls = [Call(item.role, item.span.start_time, item.span.end_time) for item in joined]
-        credit = self.assign(Episode(calls, sorted(rewards, key=lambda e: e.time), sorted(tools, key=lambda e: e.time)))
-        transitions: list[Transition] = []
-        for step, (item, reward) in enumerate(zip(joined, credit, strict=True)):
-            if not role_matches(self.roles, item.role):
-                continue
-            transition = self._transition(rollout, attempt_id, step, item, reward)
-            if transition is None:
-                self.skipped += 1
-            else:
-                transitions.append(transition)
-        return transitions
+        episode = [Call(item.role, item.span.start_time, item.span.end_time) for item in joined]
+        credit = self.assign(
+            Episode(episode, sorted(rewards, key=lambda e: e.time), sorted(tools, key=lambda e: e.time))
+        )
+        verdicts = [
+            self._verdict(rollout, attempt_id, step, item, reward)
+            for step, (item, reward) in enumerate(zip(joined, credit, strict=True))
+        ]
+        verdicts += [
+            CallVerdict(span, None, None, None, None, Reason.FAILED_CALL, span.status_message or "the call failed")
+            for span in calls
+            if span.status_code == "ERROR"
+        ]
+        return sorted(verdicts, key=lambda verdict: verdict.span.start_time)
+
+    def _verdict(self, rollout: Rollout, attempt_id: str, step: int, item: _Joined, reward: float) -> CallVerdict:
+        if not role_matches(self.roles, item.role):
+            detail = f"role {item.role!r} is not among the trained roles ({self.roles!r})"
+            return CallVerdict(item.span, step, item.role, reward, None, Reason.FILTERED_ROLE, detail)
+        transition = self._transition(rollout, attempt_id, step, item, reward)
+        if transition is None:
+            detail = "the upstream returned no token ids and the gateway had no retokenizer"
+            return CallVerdict(item.span, step, item.role, reward, None, Reason.NO_TOKEN_IDS, detail)
+        notes = [Note.RETOKENIZED] if transition.retokenized else []
+        finish = item.span.attributes.get(semconv.GEN_AI_RESPONSE_FINISH_REASONS)
+        if isinstance(finish, list) and "length" in finish:
+            notes.append(Note.TRUNCATED)
+        return CallVerdict(item.span, step, item.role, reward, transition, None, notes=tuple(notes))
 
     def _transition(
         self, rollout: Rollout, attempt_id: str, step: int, item: _Joined, reward: float
@@ -233,6 +272,37 @@ def _join(llm_spans: Sequence[Span], role_spans: Sequence[Span]) -> list[_Joined
         if unmatched:
             pair(llm, unmatched[0])
     return [_Joined(llm, roles.get(llm.span_id)) for llm in llm_spans]
+
+
+def _attempt_to_use(rollout: Rollout, attempts: Sequence[Attempt], include_failed: bool) -> str | None:
+    """The attempt whose calls are trained: a succeeded rollout's succeeded one, a failed rollout's last."""
+    if rollout.status is RolloutStatus.SUCCEEDED:
+        return next((a.attempt_id for a in reversed(attempts) if a.status is AttemptStatus.SUCCEEDED), None)
+    if rollout.status is RolloutStatus.FAILED and include_failed and attempts:
+        return attempts[-1].attempt_id
+    return None
+
+
+def _rollout_reason(rollout: Rollout, used: str | None, training: bool) -> Reason | None:
+    if rollout.status is RolloutStatus.CANCELLED:
+        return Reason.CANCELLED
+    if rollout.status is RolloutStatus.FAILED and used is None:
+        return Reason.FAILED_ROLLOUT
+    if not rollout.is_finished:
+        return Reason.NOT_FINISHED
+    if training and rollout.mode is Mode.VAL:
+        return Reason.VALIDATION
+    return None
+
+
+_REASON_DETAILS = {
+    Reason.CANCELLED: "the rollout was cancelled",
+    Reason.FAILED_ROLLOUT: "the rollout failed all {rollout.attempt_count} attempt(s) and failed rollouts are not "
+    "trained (include_failed=False)",
+    Reason.NOT_FINISHED: "the rollout is {rollout.status.value}",
+    Reason.VALIDATION: "validation rollouts measure the policy and are never trained",
+    Reason.RETRIED_ATTEMPT: "attempt {attempt.number} ended {attempt.status.value}; a later attempt counts",
+}
 
 
 def _messages_key(text: JsonValue | None) -> tuple[tuple[str, str], ...] | None:

@@ -8,9 +8,11 @@ import sys
 from rich.console import Console
 
 from relight.cli._common import AddCommand, add_store_option, with_store
-from relight.models import Mode, Transition
+from relight.cli._verdicts import add_builder_options, builder_from, left_out
+from relight.models import Mode
 from relight.store import Store
-from relight.transitions import TransitionBuilder, write_jsonl
+from relight.transitions import write_jsonl
+from relight.verdicts import RolloutVerdict
 
 
 def register(add_command: AddCommand) -> None:
@@ -25,30 +27,27 @@ def register(add_command: AddCommand) -> None:
     add_store_option(parser)
     parser.add_argument("--out", "-o", metavar="PATH", default="-", help="the JSONL file (default: standard output)")
     parser.add_argument("--mode", choices=[m.value for m in Mode], help="only train or only val rollouts")
-    parser.add_argument("--role", metavar="REGEX", help="keep the calls of roles matching this regular expression")
     parser.add_argument("--credit", default="identical", help="credit assigner: identical, discounted, per_step, air")
     parser.add_argument("--gamma", type=float, help="the discount of discounted and per_step credit")
     parser.add_argument("--group-by-role", action="store_true", help="group by task and role rather than by task")
-    parser.add_argument("--include-failed", action="store_true", help="also export failed rollouts' last attempts")
+    add_builder_options(parser)
     parser.set_defaults(run=export)
 
 
 def export(args: argparse.Namespace) -> int:
     options = {} if args.gamma is None else {"gamma": args.gamma}
-    builder = TransitionBuilder(
-        roles=args.role,
-        credit=args.credit,
-        group_by_role=args.group_by_role,
-        include_failed=args.include_failed,
-        **options,
-    )
+    builder = builder_from(args, credit=args.credit, group_by_role=args.group_by_role, **options)
 
-    async def build(store: Store) -> list[Transition]:
+    async def build(store: Store) -> list[RolloutVerdict]:
         rollouts = await store.list_rollouts(mode=Mode(args.mode) if args.mode else None)
-        return await builder.from_store(store, (r for r in rollouts if r.is_finished))
+        return [await builder.explain(store, rollout, training=False) for rollout in rollouts if rollout.is_finished]
 
-    transitions = with_store(args, build)
-    count = write_jsonl(transitions, sys.stdout if args.out == "-" else args.out)
-    skipped = f" ({builder.skipped} call(s) without token ids left out)" if builder.skipped else ""
-    Console(stderr=True).print(f"wrote {count} transition(s){skipped}", highlight=False)
+    verdicts = with_store(args, build)
+    count = write_jsonl(
+        (t for verdict in verdicts for t in verdict.transitions), sys.stdout if args.out == "-" else args.out
+    )
+    reasons = left_out(verdicts)
+    Console(stderr=True).print(
+        f"wrote {count} transition(s)" + (f"; calls left out: {reasons}" if reasons else ""), highlight=False
+    )
     return 0

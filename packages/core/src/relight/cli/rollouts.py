@@ -17,6 +17,7 @@ from relight.cli._common import (
     styled_status,
     with_store,
 )
+from relight.cli._verdicts import add_builder_options, builder_from, verdict_tree
 from relight.models import Attempt, Mode, Rollout, RolloutStatus, Span
 from relight.store import Store
 from relight.transitions import episode_return, last_attempt_spans
@@ -41,10 +42,12 @@ def register(add_command: AddCommand) -> None:
         "show",
         help="draw one rollout's attempts and spans as a tree",
         description="Draw a rollout: each attempt, and under it the attempt's spans nested by parent, with their "
-        "kind, role, reward and token counts.",
+        "kind, role, reward and token counts; then each LLM call with the reason it was or was not trained "
+        "(give the run's --role filter so the reasons match its training).",
     )
     show.add_argument("rollout_id", metavar="ROLLOUT_ID")
     add_store_option(show)
+    add_builder_options(show)
     show.set_defaults(run=show_rollout)
 
 
@@ -85,6 +88,7 @@ def show_rollout(args: argparse.Namespace) -> int:
 
     rollout, attempts, spans = with_store(args, read)
     Console().print(rollout_tree(rollout, attempts, spans))
+    Console().print(verdict_tree(builder_from(args).explain_spans(rollout, attempts, spans)))
     return 0
 
 

@@ -1,0 +1,81 @@
+"""``relight dashboard``: serve the web dashboard of a store until interrupted."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import os
+from typing import Any
+
+from rich.console import Console
+
+from relight.cli._common import AddCommand, add_store_option, store_url
+from relight.dashboard.detail import Decoder
+from relight.dashboard.server import DEFAULT_PORT, Dashboard
+from relight.errors import ConfigError
+from relight.plugins import open_store
+from relight.stores.http.client import TOKEN_ENV
+from relight.transitions import TransitionBuilder
+
+
+def register(add_command: AddCommand) -> None:
+    parser = add_command(
+        "dashboard",
+        help="see runs, rollouts, span trees and token logprobs in a browser",
+        description="Serve a read-only web dashboard of a store: reward curves that update while a run trains, "
+        "a filterable list of rollouts, and each rollout's attempts, span tree, LLM calls with tokens coloured "
+        "by logprob, and why each call was or was not trained. Prints the URL once listening. A token is "
+        "required to bind beyond 127.0.0.1.",
+    )
+    add_store_option(parser)
+    parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default: 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default: {DEFAULT_PORT}; 0 picks one)")
+    parser.add_argument(
+        "--token",
+        default=os.environ.get(TOKEN_ENV),
+        help=f"token visitors must give (default: ${TOKEN_ENV}); required beyond loopback",
+    )
+    parser.add_argument("--role", metavar="REGEX", help="the run's role filter, so verdicts match its training")
+    parser.add_argument("--include-failed", action="store_true", help="the run trained failed rollouts too")
+    parser.add_argument(
+        "--tokenizer",
+        metavar="PATH",
+        help="a Hugging Face tokenizer folder to decode token ids with (needs transformers); else ids are shown",
+    )
+    parser.set_defaults(run=serve_dashboard)
+
+
+def serve_dashboard(args: argparse.Namespace) -> int:
+    url = store_url(args)
+    builder = TransitionBuilder(roles=args.role, include_failed=args.include_failed)
+    decode = _load_tokenizer(args.tokenizer) if args.tokenizer else None
+    console = Console()
+
+    async def serve() -> None:
+        store = open_store(url)
+        try:
+            dashboard = Dashboard(
+                store, host=args.host, port=args.port, builder=builder, decode=decode, token=args.token
+            )
+            async with dashboard:
+                console.print(f"dashboard of {url} at {dashboard.url}", highlight=False, soft_wrap=True)
+                await asyncio.Event().wait()  # until Ctrl-C
+        finally:
+            await store.close()
+
+    asyncio.run(serve())
+    return 0
+
+
+def _load_tokenizer(path: str) -> Decoder:
+    """A tokenizer's ``decode``, through transformers when it is installed (the core does not depend on it)."""
+    try:
+        transformers = importlib.import_module("transformers")
+    except ImportError as error:
+        raise ConfigError("--tokenizer needs the transformers package (pip install transformers)") from error
+    try:
+        tokenizer: Any = transformers.AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"--tokenizer {path!r} is not a tokenizer folder transformers can load: {error}") from error
+    return lambda ids: str(tokenizer.decode(list(ids)))

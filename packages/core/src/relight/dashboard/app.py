@@ -1,0 +1,224 @@
+"""The dashboard's web app: a page, its static files, and a read-only JSON API over a store.
+
+- ``GET /`` the single page (runs, rollouts, one rollout), ``/static/...`` its script, style and
+  the vendored uPlot charting library: nothing is fetched from elsewhere and nothing is built.
+- ``GET /api/overview``, ``/api/curves``, ``/api/rollouts`` (filtered, paginated),
+  ``/api/rollouts/{id}`` and ``/api/events`` (server-sent events: one ``change`` whenever the
+  catalog moves, so the page refetches without a reload).
+
+There are only GET routes: the dashboard never changes a store. Errors are JSON in the store
+server's shape, ``{"error": <class>, "detail": <what was wrong>}``: 404 for an unknown rollout or
+path, 405 for another method, 422 naming the query parameter that was wrong, 401 without the token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from relight.dashboard.catalog import Catalog, RolloutFilter
+from relight.dashboard.detail import Decoder, rollout_detail
+from relight.errors import RelightError
+from relight.models import Mode, RolloutStatus
+from relight.stores.http._wire import status_of
+from relight.verdicts import Reason
+
+__all__ = ["STATIC", "create_app"]
+
+logger = logging.getLogger(__name__)
+
+STATIC = Path(__file__).parent / "static"
+TOKEN_COOKIE = "relight_dashboard_token"
+_KEEPALIVE_SECONDS = 15.0
+
+
+class ListQuery(BaseModel):
+    """The rollout list's query string; an unknown parameter is refused, so a typo is not a silent no-op."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    status: RolloutStatus | None = None
+    mode: Mode | None = None
+    group_id: str | None = None
+    role: str | None = None
+    step: int | None = None
+    policy_version: int | None = None
+    min_reward: float | None = None
+    max_reward: float | None = None
+    min_attempts: Annotated[int | None, Field(ge=0)] = None
+    reason: Reason | None = None
+    offset: Annotated[int, Field(ge=0)] = 0
+    limit: Annotated[int, Field(ge=1, le=500)] = 50
+
+    def where(self) -> RolloutFilter:
+        return RolloutFilter(**self.model_dump(exclude={"offset", "limit"}))
+
+
+def create_app(
+    catalog: Catalog, *, decode: Decoder | None = None, token: str | None = None, closing: asyncio.Event | None = None
+) -> Starlette:
+    """The dashboard over ``catalog``'s store.
+
+    Args:
+        decode: turns token ids into text for the token view; without one the view shows ids.
+        token: when set, every request needs it (``Authorization: Bearer``, the ``?token=`` the
+            printed URL carries, or the cookie that sets).
+        closing: set when the server is about to stop, so event streams end instead of holding it.
+    """
+    stopping = closing or asyncio.Event()
+
+    async def index(request: Request) -> Response:
+        return FileResponse(STATIC / "index.html")
+
+    async def overview(request: Request) -> Response:
+        stats = await catalog.store.stats()
+        return JSONResponse(
+            {
+                "stats": stats.model_dump(mode="json"),
+                "rollouts": len(catalog.rows),
+                "pending": catalog.pending,
+                "version": catalog.version,
+                "roles": catalog.builder.roles if isinstance(catalog.builder.roles, str | None) else None,
+                "decoded": decode is not None,
+            }
+        )
+
+    async def curves(request: Request) -> Response:
+        return JSONResponse({"points": catalog.curves(), "version": catalog.version})
+
+    async def rollouts(request: Request) -> Response:
+        query = ListQuery.model_validate(dict(request.query_params))
+        total, rows = catalog.select(query.where(), offset=query.offset, limit=query.limit)
+        return JSONResponse(
+            {
+                "total": total,
+                "offset": query.offset,
+                "limit": query.limit,
+                "rows": [row.to_json() for row in rows],
+                "pending": catalog.pending,
+            }
+        )
+
+    async def rollout(request: Request) -> Response:
+        detail = await rollout_detail(catalog.store, catalog.builder, request.path_params["rollout_id"], decode)
+        return JSONResponse(detail)
+
+    async def events(request: Request) -> Response:
+        return StreamingResponse(
+            _changes(catalog, stopping), media_type="text/event-stream", headers={"cache-control": "no-cache"}
+        )
+
+    app = Starlette(
+        routes=[
+            Route("/", index),
+            Route("/api/overview", overview),
+            Route("/api/curves", curves),
+            Route("/api/rollouts", rollouts),
+            Route("/api/rollouts/{rollout_id:path}", rollout),
+            Route("/api/events", events),
+            Mount("/static", StaticFiles(directory=STATIC), name="static"),
+        ],
+        exception_handlers={
+            HTTPException: _http_error,
+            RelightError: _relight_error,
+            ValidationError: _invalid_query,
+            Exception: _unexpected,
+        },
+    )
+    if token:
+        app.add_middleware(_TokenGuard, token=token)
+    return app
+
+
+async def _changes(catalog: Catalog, stopping: asyncio.Event) -> AsyncIterator[str]:
+    """``change`` events as the catalog's version moves, comments to keep the connection open between them."""
+    seen = -1
+    while not stopping.is_set():
+        if catalog.version != seen:
+            seen = catalog.version
+            yield f"event: change\ndata: {json.dumps({'version': seen, 'pending': catalog.pending})}\n\n"
+        elif not await catalog.wait_change(seen, timeout=_KEEPALIVE_SECONDS, stop=stopping):
+            yield ": keep-alive\n\n"
+
+
+def _error(status: int, error: str, detail: str, headers: Mapping[str, str] | None = None) -> Response:
+    return JSONResponse({"error": error, "detail": detail}, status_code=status, headers=headers)
+
+
+async def _http_error(request: Request, error: Exception) -> Response:
+    assert isinstance(error, HTTPException)
+    names = {404: "NotFound", 405: "MethodNotAllowed"}
+    detail = {
+        404: f"no such page or API route: {request.url.path}",
+        405: f"the dashboard is read-only: {request.method} is not allowed on {request.url.path}, only GET",
+    }.get(error.status_code, str(error.detail))
+    return _error(error.status_code, names.get(error.status_code, "HTTPError"), detail, error.headers)
+
+
+async def _relight_error(request: Request, error: Exception) -> Response:
+    assert isinstance(error, RelightError)
+    return _error(status_of(error), type(error).__name__, str(error))
+
+
+async def _invalid_query(request: Request, error: Exception) -> Response:
+    assert isinstance(error, ValidationError)
+    problems: list[dict[str, Any]] = [
+        {"loc": list(p["loc"]), "msg": p["msg"], "type": p["type"]}
+        for p in error.errors(include_url=False, include_context=False)
+    ]
+    detail = "; ".join(f"{'.'.join(map(str, p['loc']))}: {p['msg']}" for p in problems)
+    return JSONResponse({"error": "ValidationError", "detail": detail, "errors": problems}, status_code=422)
+
+
+async def _unexpected(request: Request, error: Exception) -> Response:
+    logger.exception("the dashboard failed to answer %s", request.url.path)
+    return _error(500, type(error).__name__, f"the dashboard failed to answer {request.url.path}: {error}")
+
+
+class _TokenGuard:
+    """Refuses requests without the dashboard's token (401, JSON); ``?token=`` sets a cookie for the page's calls."""
+
+    def __init__(self, app: ASGIApp, *, token: str) -> None:
+        self.app = app
+        self.token = token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope)
+        given = request.query_params.get("token")
+        authorization = request.headers.get("authorization", "")
+        bearer = authorization.removeprefix("Bearer ") if authorization.startswith("Bearer ") else None
+        offered = [given, request.cookies.get(TOKEN_COOKIE), bearer]
+        if not any(value and hmac.compare_digest(value.encode(), self.token.encode()) for value in offered):
+            detail = (
+                "this dashboard needs its token: open the URL it printed (…?token=…) or send 'Authorization: Bearer'"
+            )
+            await _error(401, "Unauthorized", detail, {"www-authenticate": "Bearer"})(scope, receive, send)
+            return
+        if given is None:
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_cookie(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                cookie = f"{TOKEN_COOKIE}={self.token}; Path=/; HttpOnly; SameSite=Strict"
+                message = {**message, "headers": [*message["headers"], (b"set-cookie", cookie.encode())]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_cookie)

@@ -1,0 +1,292 @@
+// relight dashboard: one page, three views (#/ runs, #/rollouts, #/rollout/<id>), over the JSON API.
+// Plain DOM and uPlot; no build step. Server-sent events on /api/events say when to refetch.
+"use strict";
+
+const view = document.getElementById("view");
+const REASONS = ["not finished", "cancelled rollout", "failed rollout", "retried attempt", "validation rollout",
+  "failed call", "filtered role", "no token ids"];
+const FILTERS = ["status", "mode", "group_id", "role", "step", "policy_version", "min_reward", "max_reward",
+  "min_attempts", "reason"];
+const charts = {};
+let refresh = () => {};
+
+// -- helpers --------------------------------------------------------------------------------------
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (value === null || value === undefined || value === false) continue;
+    if (key === "text") node.textContent = value;
+    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else node.setAttribute(key, value === true ? "" : value);
+  }
+  for (const child of children.flat()) {
+    if (child !== null && child !== undefined) node.append(child instanceof Node ? child : String(child));
+  }
+  return node;
+}
+
+async function api(path) {
+  const response = await fetch(path, { credentials: "same-origin" });
+  const body = await response.json();
+  if (!response.ok) throw new Error(`${body.error}: ${body.detail}`);
+  return body;
+}
+
+const fmt = (value, digits = 3) =>
+  value === null || value === undefined ? "–" : typeof value === "number" ? String(+value.toFixed(digits)) : value;
+const when = (seconds) => (seconds ? new Date(seconds * 1000).toLocaleTimeString() : "–");
+const status = (value) => el("span", { class: `status s-${value}`, text: value });
+const link = (id) => el("a", { href: `#/rollout/${encodeURIComponent(id)}`, text: id });
+
+function showError(error) {
+  view.replaceChildren(el("p", { class: "error", "data-testid": "error", text: String(error.message || error) }));
+}
+
+// -- runs -----------------------------------------------------------------------------------------
+
+function chart(name, title, series, points, pick) {
+  const xs = points.map((p) => p.policy_version);
+  const data = [xs, ...series.map((s) => points.map((p) => pick(p, s.key)))];
+  const holder = document.getElementById(`chart-${name}`);
+  const drawn = data.slice(1).reduce((n, ys) => n + ys.filter((y) => y !== null).length, 0);
+  holder.dataset.points = String(drawn);
+  const width = Math.max(320, holder.clientWidth || 520);
+  if (charts[name] && charts[name].series.length === series.length + 1) {
+    charts[name].setData(data);
+    return;
+  }
+  holder.replaceChildren();
+  charts[name] = new uPlot(
+    {
+      title, width, height: 240,
+      scales: { x: { time: false } },
+      axes: [{ label: "policy version" }, {}],
+      series: [{ label: "policy version" },
+        ...series.map((s) => ({ label: s.label, stroke: s.color, width: 2, points: { size: 6 }, spanGaps: true }))],
+    },
+    data, holder,
+  );
+}
+
+async function runsView() {
+  view.replaceChildren(
+    el("section", { class: "cards", id: "overview" }),
+    el("div", { class: "charts" },
+      el("div", { id: "chart-reward", class: "chart", "data-testid": "reward-chart" }),
+      el("div", { id: "chart-speed", class: "chart" }),
+      el("div", { id: "chart-kept", class: "chart" })),
+    el("h2", { text: "By policy version" }),
+    el("table", { id: "versions", "data-testid": "versions" }),
+  );
+  for (const key of Object.keys(charts)) delete charts[key];
+  refresh = drawRuns;
+  await drawRuns();
+}
+
+async function drawRuns() {
+  const [overview, curves] = await Promise.all([api("api/overview"), api("api/curves")]);
+  const stats = overview.stats;
+  const byStatus = Object.entries(stats.rollouts_by_status).map(([k, v]) => `${v} ${k}`).join(", ") || "none";
+  document.getElementById("overview").replaceChildren(
+    el("div", { class: "card" }, el("b", { text: overview.rollouts }), " rollouts: ", byStatus),
+    el("div", { class: "card" }, el("b", { text: stats.spans }), " spans"),
+    el("div", { class: "card" }, el("b", { text: stats.resources_versions }), " policy versions"),
+    overview.pending ? el("div", { class: "card warn", text: `reading ${overview.pending} rollout(s)…` }) : null,
+  );
+  const points = curves.points;
+  const value = (p, key) => (p[key] === undefined ? null : p[key]);
+  chart("reward", "Reward", [
+    { key: "train_reward", label: "train", color: "#2563eb" },
+    { key: "val_reward", label: "validation", color: "#16a34a" }], points, value);
+  chart("speed", "Rollouts per second", [{ key: "rollouts_per_s", label: "rollouts/s", color: "#9333ea" }],
+    points, value);
+  chart("kept", "LLM calls", [
+    { key: "trained_calls", label: "trained", color: "#16a34a" },
+    { key: "dropped_calls", label: "not trained", color: "#dc2626" },
+    { key: "failed", label: "failed rollouts", color: "#f59e0b" }], points, value);
+  const head = el("tr", {}, ["version", "steps", "train rollouts", "train reward", "val rollouts", "val reward",
+    "rollouts/s", "failed", "calls trained", "not trained (why)"].map((h) => el("th", { text: h })));
+  const rows = points.map((p) => el("tr", {},
+    el("td", {}, el("a", { href: `#/rollouts?policy_version=${p.policy_version}`, text: p.policy_version })),
+    el("td", { text: p.steps.join(", ") || "–" }),
+    el("td", { text: p.train_rollouts }), el("td", { text: fmt(p.train_reward) }),
+    el("td", { text: p.val_rollouts }), el("td", { text: fmt(p.val_reward) }),
+    el("td", { text: fmt(p.rollouts_per_s, 2) }), el("td", { text: p.failed }),
+    el("td", { text: p.trained_calls }),
+    el("td", { text: Object.entries(p.dropped).map(([k, v]) => `${v} ${k}`).join(", ") || "–" })));
+  document.getElementById("versions").replaceChildren(el("thead", {}, head), el("tbody", {}, rows));
+}
+
+// -- rollout list ---------------------------------------------------------------------------------
+
+function select(name, options) {
+  return el("select", { name }, el("option", { value: "", text: `any ${name.replace("_", " ")}` }),
+    options.map((o) => el("option", { value: o, text: o })));
+}
+
+async function rolloutsView(params) {
+  const form = el("form", { class: "filters", "data-testid": "filters" },
+    select("status", ["queued", "running", "succeeded", "failed", "cancelled"]),
+    select("mode", ["train", "val"]),
+    el("input", { name: "group_id", placeholder: "group" }),
+    el("input", { name: "role", placeholder: "role" }),
+    el("input", { name: "step", placeholder: "step", type: "number", min: 0 }),
+    el("input", { name: "policy_version", placeholder: "policy version", type: "number", min: 0 }),
+    el("input", { name: "min_reward", placeholder: "reward ≥", type: "number", step: "any" }),
+    el("input", { name: "max_reward", placeholder: "reward ≤", type: "number", step: "any" }),
+    el("input", { name: "min_attempts", placeholder: "attempts ≥", type: "number", min: 0 }),
+    select("reason", REASONS),
+    el("button", { type: "submit", text: "Filter" }));
+  for (const name of FILTERS) if (params.has(name)) form.elements[name].value = params.get(name);
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const next = new URLSearchParams();
+    for (const name of FILTERS) if (form.elements[name].value !== "") next.set(name, form.elements[name].value);
+    location.hash = `#/rollouts?${next}`;
+  });
+  view.replaceChildren(form, el("div", { id: "pager", class: "pager" }),
+    el("table", { id: "rollouts", "data-testid": "rollouts" }));
+  refresh = () => drawRollouts(params);
+  await drawRollouts(params);
+}
+
+async function drawRollouts(params) {
+  const page = await api(`api/rollouts?${params}`);
+  const head = el("tr", {}, ["rollout", "status", "mode", "group", "step", "version", "attempts", "reward", "roles",
+    "trained", "not trained (why)", "error"].map((h) => el("th", { text: h })));
+  const rows = page.rows.map((r) => el("tr", { "data-rollout": r.rollout_id },
+    el("td", {}, link(r.rollout_id)), el("td", {}, status(r.status)), el("td", { text: r.mode }),
+    el("td", { text: r.group_id }), el("td", { text: fmt(r.step) }), el("td", { text: fmt(r.policy_version) }),
+    el("td", { text: `${r.attempts}/${r.max_attempts}` }), el("td", { text: fmt(r.reward) }),
+    el("td", { text: r.roles.join(", ") || "–" }),
+    el("td", { text: r.judged ? `${r.trained}/${r.calls}` : "…" }),
+    el("td", { text: Object.entries(r.reasons).map(([k, v]) => `${v} ${k}`).join(", ") }),
+    el("td", { class: "err", text: r.error || "" })));
+  document.getElementById("rollouts").replaceChildren(el("thead", {}, head), el("tbody", {}, rows));
+  const shift = (delta) => {
+    const next = new URLSearchParams(params);
+    next.set("offset", Math.max(0, page.offset + delta));
+    location.hash = `#/rollouts?${next}`;
+  };
+  const last = Math.min(page.offset + page.limit, page.total);
+  document.getElementById("pager").replaceChildren(
+    el("button", { "data-testid": "prev", disabled: page.offset === 0, onclick: () => shift(-page.limit), text: "‹ newer" }),
+    el("span", { "data-testid": "range", text: page.total ? `${page.offset + 1}–${last} of ${page.total}` : "no rollouts" }),
+    el("button", { "data-testid": "next", disabled: last >= page.total, onclick: () => shift(page.limit), text: "older ›" }),
+    page.pending ? el("span", { class: "warn", text: ` reading ${page.pending} rollout(s)…` }) : null);
+}
+
+// -- one rollout ----------------------------------------------------------------------------------
+
+function timeline(spans) {
+  const end = Math.max(1e-9, ...spans.map((s) => s.start_ms + s.duration_ms));
+  return el("div", { class: "timeline", "data-testid": "span-tree" }, spans.map((s) =>
+    el("div", { class: `span k-${s.kind}${s.status === "ERROR" ? " failed" : ""}`, "data-kind": s.kind },
+      el("div", { class: "label", style: `padding-left:${s.depth * 14}px` },
+        el("span", { class: "kind", text: s.kind }), " ", s.name,
+        s.role ? el("span", { class: "role", text: ` ${s.role}` }) : null,
+        s.reward !== null && s.reward !== undefined ? el("b", { text: ` reward ${fmt(s.reward)}` }) : null),
+      el("div", { class: "track" }, el("div", {
+        class: "bar", title: `${fmt(s.start_ms, 1)} ms + ${fmt(s.duration_ms, 1)} ms`,
+        style: `left:${(100 * s.start_ms) / end}%;width:${Math.max(0.4, (100 * s.duration_ms) / end)}%`,
+      })))));
+}
+
+function messages(list) {
+  if (!Array.isArray(list)) return el("pre", { text: JSON.stringify(list, null, 1) });
+  return el("div", { class: "messages" }, list.map((m) => el("div", { class: `msg m-${m.role}` },
+    el("span", { class: "who", text: m.role }),
+    el("pre", { text: typeof m.content === "string" ? m.content : JSON.stringify(m.content ?? m, null, 1) }))));
+}
+
+function tokens(list, decoded) {
+  return el("div", { class: "tokens", "data-testid": "tokens" }, list.map((t) => {
+    const p = t.logprob === null ? null : Math.exp(t.logprob);
+    const text = decoded ? t.text : `[${t.id}]`;
+    return el("span", {
+      class: "tok", "data-logprob": t.logprob,
+      style: p === null ? "" : `background:hsl(${Math.round(120 * p)},75%,82%)`,
+      title: `id ${t.id}` + (t.logprob === null ? "" : `  logprob ${t.logprob.toFixed(3)}  p ${p.toFixed(3)}`),
+      text: text.replace(/\n/g, "↵\n"),
+    });
+  }));
+}
+
+function call(c, decoded) {
+  const fate = c.trained
+    ? el("span", { class: "trained", text: "trained" + (c.notes.length ? ` (${c.notes.join(", ")})` : "") })
+    : el("span", { class: "dropped", title: c.detail, text: `not trained: ${c.reason}` });
+  return el("section", { class: "call", "data-testid": "call", "data-span": c.span_id },
+    el("h3", {}, `call ${c.step ?? "–"} `, c.role ? el("span", { class: "role", text: c.role }) : "", " ", fate),
+    el("p", { class: "facts" },
+      `reward after credit ${fmt(c.reward)} · group ${c.group_id ?? "–"} · policy version ${fmt(c.policy_version)}`,
+      ` · ${c.prompt_tokens ?? "?"} prompt → ${c.tokens.length} response tokens · ${fmt(c.duration_ms, 1)} ms`,
+      c.finish_reasons ? ` · finish ${c.finish_reasons.join(", ")}` : ""),
+    c.trained ? null : el("p", { class: "why", text: c.detail }),
+    el("details", {}, el("summary", { text: "messages" }), messages(c.messages)),
+    el("h4", { text: "response" }), messages(c.output),
+    el("h4", { text: decoded ? "tokens by probability" : "token ids (no tokenizer known)" }),
+    tokens(c.tokens, decoded));
+}
+
+async function rolloutView(id) {
+  refresh = () => drawRollout(id);
+  await drawRollout(id);
+}
+
+async function drawRollout(id) {
+  const d = await api(`api/rollouts/${encodeURIComponent(id)}`);
+  const r = d.rollout;
+  view.replaceChildren(
+    el("h2", {}, `Rollout ${r.rollout_id} `, status(r.status)),
+    el("p", { class: "facts" }, `${r.mode} · group ${r.group_id} · policy version ${fmt(r.resources_version)}`,
+      ` · attempts ${r.attempt_count}/${r.max_attempts} · reward ${fmt(d.reward)}`),
+    el("p", { class: d.verdict.reason ? "why" : "facts", "data-testid": "verdict",
+      text: (d.verdict.reason ? `Not trained: ${d.verdict.reason}. ` : "") + d.verdict.summary }),
+    el("details", {}, el("summary", { text: "task input" }), el("pre", { text: JSON.stringify(r.input, null, 1) })),
+    d.attempts.map((a) => el("section", { class: "attempt" },
+      el("h3", {}, `Attempt ${a.number} `, status(a.status), ` · worker ${a.worker_id} · `,
+        a.finished_at ? `${fmt(a.finished_at - a.started_at, 2)} s` : "running"),
+      a.error ? el("pre", { class: "err", text: a.error }) : null,
+      timeline(a.spans))),
+    el("h2", { text: `LLM calls (${d.calls.length})` }),
+    d.calls.map((c) => call(c, d.decoded)));
+}
+
+// -- routing and live updates ---------------------------------------------------------------------
+
+async function route() {
+  const hash = location.hash.slice(1) || "/";
+  const [path, query] = hash.split("?");
+  for (const a of document.querySelectorAll("nav a")) {
+    a.classList.toggle("on", path.startsWith(`/${a.dataset.nav}`) || (a.dataset.nav === "runs" && path === "/"));
+  }
+  try {
+    if (path.startsWith("/rollout/")) await rolloutView(decodeURIComponent(path.slice("/rollout/".length)));
+    else if (path.startsWith("/rollouts")) await rolloutsView(new URLSearchParams(query || ""));
+    else await runsView();
+  } catch (error) {
+    showError(error);
+  }
+}
+
+let pending = null;
+function live() {
+  const badge = document.getElementById("live");
+  const source = new EventSource("api/events");
+  source.addEventListener("open", () => { badge.textContent = "live"; badge.className = "live on"; });
+  source.addEventListener("error", () => { badge.textContent = "reconnecting…"; badge.className = "live"; });
+  source.addEventListener("change", (event) => {
+    badge.dataset.version = JSON.parse(event.data).version;
+    if (pending) return;
+    pending = setTimeout(async () => {  // changes in a burst cost one refetch
+      pending = null;
+      try { await refresh(); } catch (error) { showError(error); }
+    }, 250);
+  });
+}
+
+window.addEventListener("hashchange", route);
+route();
+live();
