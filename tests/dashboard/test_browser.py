@@ -21,7 +21,7 @@ from rich.console import Console
 import relight
 from relight import semconv
 from relight.dashboard import Dashboard, decoder_of
-from relight.models import RolloutStatus, SpanKind
+from relight.models import Mode, RolloutStatus, SpanKind
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -100,20 +100,23 @@ async def test_the_rollout_list_filters_and_paginates(page: Any, dashboard: Dash
     assert await page.inner_text("[data-testid=range]") == f"1–5 of {total}"
     first_page = await rows.first.get_attribute("data-rollout")
     await page.click("[data-testid=next]")
-    await page.wait_for_function("document.querySelector('[data-testid=range]').textContent.startsWith('6–')")
+    await page.wait_for_function("document.querySelector('[data-testid=range]')?.textContent.startsWith('6–')")
     assert await page.inner_text("[data-testid=range]") == f"6–10 of {total}"
     assert await rows.first.get_attribute("data-rollout") != first_page
     await shoot(page, "rollouts")
 
     await page.select_option("select[name=status]", "failed")
     await page.click("[data-testid=filters] button")
-    await page.wait_for_function("document.querySelector('[data-testid=range]').textContent.endsWith(' of 2')")
+    await page.wait_for_function("document.querySelector('[data-testid=range]')?.textContent.endsWith(' of 2')")
     assert await rows.count() == trained.samples
     assert set(await page.locator("[data-testid=rollouts] tbody .status").all_inner_texts()) == {"failed"}
     assert "#/rollouts?status=failed" in page.url  # the filter is in the address: a link keeps it
 
+    validations = sum(row.rollout.mode is Mode.VAL for row in dashboard.catalog.rows)
     await page.goto(f"{dashboard.url}#/rollouts?reason=validation%20rollout&limit=500")
-    await page.wait_for_function("!document.querySelector('[data-testid=range]')?.textContent.endsWith(' of 2')")
+    await page.wait_for_function(
+        f"document.querySelector('[data-testid=range]')?.textContent === '1–{validations} of {validations}'"
+    )
     modes = await page.locator("[data-testid=rollouts] tbody tr td:nth-child(3)").all_inner_texts()
     assert modes
     assert set(modes) == {"val"}
@@ -189,12 +192,14 @@ async def test_a_live_run_adds_points_without_a_reload(page: Any, training: Any,
         await page.goto(console.url)
         await page.wait_for_selector("#chart-reward[data-points]")
         # The run stops at the gate after validating policy 1: val 0, train 0 and val 1 drawn.
-        await page.wait_for_function("+document.querySelector('#chart-reward').dataset.points >= 3", timeout=300_000)
+        await page.wait_for_function(
+            "+document.querySelector('#chart-reward').dataset.points >= 3", polling=250, timeout=300_000
+        )
         before = await points(page)
         await page.evaluate("window.stillTheSamePage = true")
         gate.set()
         await page.wait_for_function(
-            f"+document.querySelector('#chart-reward').dataset.points > {before}", timeout=300_000
+            f"+document.querySelector('#chart-reward').dataset.points > {before}", polling=250, timeout=300_000
         )
         assert await page.evaluate("window.stillTheSamePage") is True  # updated in place, never reloaded
         await shoot(page, "live")

@@ -245,13 +245,13 @@ async function drawRollout(id) {
     el("p", { class: d.verdict.reason ? "why" : "facts", "data-testid": "verdict",
       text: (d.verdict.reason ? `Not trained: ${d.verdict.reason}. ` : "") + d.verdict.summary }),
     el("details", {}, el("summary", { text: "task input" }), el("pre", { text: JSON.stringify(r.input, null, 1) })),
-    d.attempts.map((a) => el("section", { class: "attempt" },
+    ...d.attempts.map((a) => el("section", { class: "attempt" },
       el("h3", {}, `Attempt ${a.number} `, status(a.status), ` · worker ${a.worker_id} · `,
         a.finished_at ? `${fmt(a.finished_at - a.started_at, 2)} s` : "running"),
       a.error ? el("pre", { class: "err", text: a.error }) : null,
       timeline(a.spans))),
     el("h2", { text: `LLM calls (${d.calls.length})` }),
-    d.calls.map((c) => call(c, d.decoded)));
+    ...d.calls.map((c) => call(c, d.decoded)));
 }
 
 // -- routing and live updates ---------------------------------------------------------------------
@@ -276,13 +276,18 @@ function live() {
   const badge = document.getElementById("live");
   const source = new EventSource("api/events");
   source.addEventListener("open", () => { badge.textContent = "live"; badge.className = "live on"; });
-  source.addEventListener("error", () => { badge.textContent = "reconnecting…"; badge.className = "live"; });
+  source.addEventListener("error", () => { badge.textContent = "disconnected: retrying…"; badge.className = "live"; });
   source.addEventListener("change", (event) => {
     badge.dataset.version = JSON.parse(event.data).version;
     if (pending) return;
     pending = setTimeout(async () => {  // changes in a burst cost one refetch
       pending = null;
-      try { await refresh(); } catch (error) { showError(error); }
+      try {
+        await refresh();
+      } catch (error) {  // keep what is shown (the run may have ended and its server with it)
+        badge.textContent = `not updated: ${error.message || error}`;
+        badge.className = "live";
+      }
     }, 250);
   });
 }
