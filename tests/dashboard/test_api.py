@@ -272,7 +272,7 @@ def test_the_command_serves_until_interrupted(trained: Any) -> None:
         overview = httpx.get(f"{url}api/overview", timeout=30).json()
         assert overview["stats"]["spans"] > 0
         server.send_signal(signal.SIGINT)
-        assert server.wait(timeout=60) in (0, 130)
+        assert server.wait(timeout=60) == 0
 
 
 def test_show_and_export_give_the_dashboards_reasons(trained: Any, tmp_path: Any) -> None:

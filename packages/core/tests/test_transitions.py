@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from relight import semconv
+from relight.drops import DropReason, mark_dropped
 from relight.errors import ConfigError
 from relight.models import AttemptStatus, Mode, Rollout, RolloutRequest, RolloutStatus, Span, SpanKind
 from relight.stores.memory import InMemoryStore
@@ -262,3 +263,19 @@ async def test_a_rollout_verdict_names_what_kept_its_calls_out() -> None:
     assert verdict.summary() == "1 of 2 call(s) trained; left out: 1 retried attempt"
     failed_too = await TransitionBuilder(include_failed=True).explain(store, await store.get_rollout("bad"))
     assert (failed_too.reason, failed_too.summary()) == (None, "1 of 1 call(s) trained")
+
+
+async def test_a_group_the_asynchronous_trainer_dropped_says_so() -> None:
+    store = InMemoryStore()
+    await store.enqueue([RolloutRequest(input="late", rollout_id="late")])
+    claimed = await store.claim("w")
+    assert claimed is not None
+    _, attempt = claimed
+    await store.add_spans([llm(10, "r1").model_copy(update={"rollout_id": "late", "attempt_id": attempt.attempt_id})])
+    await store.finish_attempt("late", attempt.attempt_id, AttemptStatus.SUCCEEDED)
+    await mark_dropped(store, ["late"], DropReason.STALENESS, policy_version=5)
+
+    verdict = await TransitionBuilder().explain(store, await store.get_rollout("late"))
+
+    assert verdict.reason is Reason.STALE
+    assert [(call.reason, call.trained) for call in verdict.calls] == [(Reason.STALE, False)]

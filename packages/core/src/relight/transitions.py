@@ -24,6 +24,7 @@ from pydantic import JsonValue
 
 from relight import semconv
 from relight.credit import Call, CreditAssigner, Episode, Event, credit_assigner
+from relight.drops import DropReason, dropped_reason
 from relight.errors import ConfigError
 from relight.models import Attempt, AttemptStatus, Mode, Rollout, RolloutStatus, Span, SpanKind, Transition
 from relight.store import Store
@@ -113,22 +114,29 @@ class TransitionBuilder:
     async def explain(self, store: Store, rollout: Rollout, *, training: bool = True) -> RolloutVerdict:
         """Every LLM call of ``rollout``, each with the transition it became or why it became none.
 
-        ``training`` judges as :meth:`relight.Trainer.fit` uses the builder, which never trains a
-        validation rollout; without it, as ``relight export`` does.
+        ``training`` judges as :meth:`relight.Trainer.fit` does, which never trains a validation rollout
+        nor one whose group it dropped (:mod:`relight.drops`); without it, as ``relight export`` does.
         """
         attempts = await store.list_attempts(rollout.rollout_id)
         return self.explain_spans(rollout, attempts, await store.query_spans(rollout.rollout_id), training=training)
 
     def explain_spans(
-        self, rollout: Rollout, attempts: Sequence[Attempt], spans: Sequence[Span], *, training: bool = True
+        self,
+        rollout: Rollout,
+        attempts: Sequence[Attempt],
+        spans: Sequence[Span],
+        *,
+        training: bool = True,
+        build: bool = True,
     ) -> RolloutVerdict:
-        """:meth:`explain` on a rollout's attempts and spans already read."""
+        """:meth:`explain` on a rollout's attempts and spans already read (``build``: see :meth:`judge`)."""
         used = _attempt_to_use(rollout, attempts, self.include_failed)
         judged = used or (attempts[-1].attempt_id if attempts else None)
-        reason = _rollout_reason(rollout, used, training)
+        dropped = dropped_reason(span for span in spans if span.attempt_id == judged) if training else None
+        reason = _DROPS[dropped] if dropped is not None else _rollout_reason(rollout, used, training)
         calls: list[CallVerdict] = []
         for attempt in attempts:
-            verdicts = self.judge(rollout, attempt.attempt_id, spans)
+            verdicts = self.judge(rollout, attempt.attempt_id, spans, build=build)
             overrule = reason if attempt.attempt_id == judged else Reason.RETRIED_ATTEMPT
             if overrule is not None:
                 detail = _REASON_DETAILS[overrule].format(rollout=rollout, attempt=attempt)
@@ -136,30 +144,39 @@ class TransitionBuilder:
             calls += verdicts
         return RolloutVerdict(rollout, judged, reason, calls)
 
-    def judge(self, rollout: Rollout, attempt_id: str, spans: Sequence[Span]) -> list[CallVerdict]:
-        """Each LLM call of one attempt, in the order made, with its transition or the reason it has none."""
-        spans = [span for span in spans if span.attempt_id == attempt_id]
-        calls = [s for s in spans if s.kind is SpanKind.LLM]
+    def judge(
+        self, rollout: Rollout, attempt_id: str, spans: Sequence[Span], *, build: bool = True
+    ) -> list[CallVerdict]:
+        """Each LLM call of one attempt, in the order made, with its transition or the reason it has none.
+
+        ``build=False`` decides the same verdicts without building the transitions (a dashboard's
+        index of many rollouts needs only whether each call is trained).
+        """
+        by_kind: dict[SpanKind, list[Span]] = {}
+        for span in spans:
+            if span.attempt_id == attempt_id:
+                by_kind.setdefault(span.kind, []).append(span)
+        calls = by_kind.get(SpanKind.LLM, [])
         llm = sorted((s for s in calls if s.status_code != "ERROR"), key=lambda s: s.start_time)
-        joined = _join(llm, sorted((s for s in spans if s.kind is SpanKind.ROLE), key=lambda s: s.start_time))
+        joined = _join(llm, sorted(by_kind.get(SpanKind.ROLE, []), key=lambda s: s.start_time))
         rewards = [
             Event(span.start_time, value, str(span.attributes.get(semconv.REWARD_NAME, "")))
-            for span in spans
-            if span.kind is SpanKind.REWARD and (value := _number(span.attributes.get(semconv.REWARD))) is not None
+            for span in by_kind.get(SpanKind.REWARD, [])
+            if (value := _number(span.attributes.get(semconv.REWARD))) is not None
         ]
         if not rewards and rollout.status is RolloutStatus.FAILED:
-            rewards = [Event(max((s.end_time for s in spans), default=0), self.failed_reward, "failed")]
+            ends = (s.end_time for kind in by_kind.values() for s in kind)
+            rewards = [Event(max(ends, default=0), self.failed_reward, "failed")]
         tools = [
             Event(span.start_time, 1.0 if span.attributes.get(semconv.TOOL_SUCCESS) is True else 0.0, span.name)
-            for span in spans
-            if span.kind is SpanKind.TOOL
+            for span in by_kind.get(SpanKind.TOOL, [])
         ]
         episode = [Call(item.role, item.span.start_time, item.span.end_time) for item in joined]
         credit = self.assign(
             Episode(episode, sorted(rewards, key=lambda e: e.time), sorted(tools, key=lambda e: e.time))
         )
         verdicts = [
-            self._verdict(rollout, attempt_id, step, item, reward)
+            self._verdict(rollout, attempt_id, step, item, reward, build)
             for step, (item, reward) in enumerate(zip(joined, credit, strict=True))
         ]
         verdicts += [
@@ -169,28 +186,29 @@ class TransitionBuilder:
         ]
         return sorted(verdicts, key=lambda verdict: verdict.span.start_time)
 
-    def _verdict(self, rollout: Rollout, attempt_id: str, step: int, item: _Joined, reward: float) -> CallVerdict:
+    def _verdict(
+        self, rollout: Rollout, attempt_id: str, step: int, item: _Joined, reward: float, build: bool
+    ) -> CallVerdict:
         if not role_matches(self.roles, item.role):
             detail = f"role {item.role!r} is not among the trained roles ({self.roles!r})"
             return CallVerdict(item.span, step, item.role, reward, None, Reason.FILTERED_ROLE, detail)
-        transition = self._transition(rollout, attempt_id, step, item, reward)
-        if transition is None:
+        attributes = item.span.attributes
+        prompt_ids, response_ids = attributes.get(semconv.PROMPT_TOKEN_IDS), attributes.get(semconv.RESPONSE_TOKEN_IDS)
+        if not (isinstance(prompt_ids, list) and prompt_ids and isinstance(response_ids, list)):
             detail = "the upstream returned no token ids and the gateway had no retokenizer"
             return CallVerdict(item.span, step, item.role, reward, None, Reason.NO_TOKEN_IDS, detail)
-        notes = [Note.RETOKENIZED] if transition.retokenized else []
-        finish = item.span.attributes.get(semconv.GEN_AI_RESPONSE_FINISH_REASONS)
+        notes = [Note.RETOKENIZED] if attributes.get(semconv.RETOKENIZED) is True else []
+        finish = attributes.get(semconv.GEN_AI_RESPONSE_FINISH_REASONS)
         if isinstance(finish, list) and "length" in finish:
             notes.append(Note.TRUNCATED)
+        transition = self._transition(rollout, attempt_id, step, item, reward) if build else None
         return CallVerdict(item.span, step, item.role, reward, transition, None, notes=tuple(notes))
 
-    def _transition(
-        self, rollout: Rollout, attempt_id: str, step: int, item: _Joined, reward: float
-    ) -> Transition | None:
+    def _transition(self, rollout: Rollout, attempt_id: str, step: int, item: _Joined, reward: float) -> Transition:
+        """The call's transition; :meth:`_verdict` has checked it has token ids."""
         attributes = item.span.attributes
-        prompt_ids = _ints(attributes.get(semconv.PROMPT_TOKEN_IDS))
-        response_ids = _ints(attributes.get(semconv.RESPONSE_TOKEN_IDS))
-        if not prompt_ids or response_ids is None:
-            return None
+        prompt_ids = cast(list[int], attributes[semconv.PROMPT_TOKEN_IDS])
+        response_ids = cast(list[int], attributes[semconv.RESPONSE_TOKEN_IDS])
         logprobs = attributes.get(semconv.RESPONSE_LOGPROBS)
         version = attributes.get(semconv.POLICY_VERSION)
         group = f"{rollout.group_id}/{item.role}" if self.group_by_role and item.role else rollout.group_id
@@ -295,7 +313,11 @@ def _rollout_reason(rollout: Rollout, used: str | None, training: bool) -> Reaso
     return None
 
 
+_DROPS = {DropReason.STALENESS: Reason.STALE, DropReason.AGED_OUT: Reason.AGED_OUT}
+
 _REASON_DETAILS = {
+    Reason.STALE: "the trainer dropped its group: a call was more policy versions behind than max_staleness allows",
+    Reason.AGED_OUT: "the trainer cancelled its group: unfinished when it could no longer be trained in time",
     Reason.CANCELLED: "the rollout was cancelled",
     Reason.FAILED_ROLLOUT: "the rollout failed all {rollout.attempt_count} attempt(s) and failed rollouts are not "
     "trained (include_failed=False)",
@@ -347,10 +369,6 @@ def episode_return(spans: Iterable[Span]) -> float | None:
 
 def _number(value: JsonValue | None) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def _ints(value: JsonValue | None) -> list[int] | None:
-    return [int(cast(int, v)) for v in value] if isinstance(value, list) else None
 
 
 def write_jsonl(transitions: Iterable[Transition], destination: str | Path | IO[str]) -> int:

@@ -27,6 +27,10 @@ class Reason(StrEnum):
     CANCELLED = "cancelled rollout"
     FAILED_ROLLOUT = "failed rollout"
     """The rollout failed every attempt; trained only with ``include_failed``."""
+    STALE = "dropped for staleness"
+    """An asynchronous trainer dropped its group: a call was more than ``max_staleness`` versions behind."""
+    AGED_OUT = "aged out"
+    """An asynchronous trainer cancelled its group, unfinished when it could no longer be trained in time."""
     RETRIED_ATTEMPT = "retried attempt"
     """The call belongs to an attempt that did not count: a later attempt of the rollout replaced it."""
     VALIDATION = "validation rollout"
@@ -59,7 +63,7 @@ class CallVerdict:
     reward: float | None
     """The reward credit assignment gave the call; None where none was assigned (a failed call)."""
     transition: Transition | None
-    """The training sample the call became, or None."""
+    """The training sample the call became; None when it became none, or was judged without building it."""
     reason: Reason | None
     """Why it was not trained; None when it was."""
     detail: str = ""
@@ -68,7 +72,7 @@ class CallVerdict:
 
     @property
     def trained(self) -> bool:
-        return self.transition is not None
+        return self.reason is None
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import importlib
 import os
+import signal
 from typing import Any
 
 from rich.console import Console
@@ -47,12 +48,16 @@ def register(add_command: AddCommand) -> None:
 
 
 def serve_dashboard(args: argparse.Namespace) -> int:
+    """Serve until SIGINT (Ctrl-C) or SIGTERM, then stop and close the store; exit status 0."""
     url = store_url(args)
     builder = TransitionBuilder(roles=args.role, include_failed=args.include_failed)
     decode = _load_tokenizer(args.tokenizer) if args.tokenizer else None
     console = Console()
 
     async def serve() -> None:
+        stop = asyncio.Event()
+        for signum in (signal.SIGINT, signal.SIGTERM):  # the loop's own handlers: stop cleanly on either
+            asyncio.get_running_loop().add_signal_handler(signum, stop.set)
         store = open_store(url)
         try:
             dashboard = Dashboard(
@@ -60,7 +65,7 @@ def serve_dashboard(args: argparse.Namespace) -> int:
             )
             async with dashboard:
                 console.print(f"dashboard of {url} at {dashboard.url}", highlight=False, soft_wrap=True)
-                await asyncio.Event().wait()  # until Ctrl-C
+                await stop.wait()
         finally:
             await store.close()
 

@@ -94,6 +94,7 @@ def create_app(
                 "version": catalog.version,
                 "roles": catalog.builder.roles if isinstance(catalog.builder.roles, str | None) else None,
                 "decoded": decode is not None,
+                "reasons": [reason.value for reason in Reason],
             }
         )
 

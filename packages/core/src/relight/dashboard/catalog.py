@@ -205,7 +205,7 @@ class Catalog:
         rollout = row.rollout
         attempts = await self.store.list_attempts(rollout.rollout_id)
         spans = await self.store.query_spans(rollout.rollout_id, attempts[-1].attempt_id) if attempts else []
-        verdict = self.builder.explain_spans(rollout, attempts[-1:], spans)
+        verdict = self.builder.explain_spans(rollout, attempts[-1:], spans, build=False)
         fill(row, verdict, episode_return(spans))
 
     # -- views --------------------------------------------------------------------------------
@@ -235,7 +235,7 @@ def fill(row: RolloutRow, verdict: RolloutVerdict, reward: float | None) -> None
     row.reward = reward
     row.roles = tuple(sorted({call.role for call in verdict.calls if call.role is not None}))
     row.calls = len(verdict.calls)
-    row.trained = len(verdict.transitions)
+    row.trained = sum(call.trained for call in verdict.calls)
     row.reasons = {reason.value: count for reason, count in verdict.reasons().items()}
     row.judged = True
 

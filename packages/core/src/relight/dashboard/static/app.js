@@ -3,8 +3,6 @@
 "use strict";
 
 const view = document.getElementById("view");
-const REASONS = ["not finished", "cancelled rollout", "failed rollout", "retried attempt", "validation rollout",
-  "failed call", "filtered role", "no token ids"];
 const FILTERS = ["status", "mode", "group_id", "role", "step", "policy_version", "min_reward", "max_reward",
   "min_attempts", "reason"];
 const charts = {};
@@ -126,6 +124,7 @@ function select(name, options) {
 }
 
 async function rolloutsView(params) {
+  const overview = await api("api/overview");
   const form = el("form", { class: "filters", "data-testid": "filters" },
     select("status", ["queued", "running", "succeeded", "failed", "cancelled"]),
     select("mode", ["train", "val"]),
@@ -136,7 +135,7 @@ async function rolloutsView(params) {
     el("input", { name: "min_reward", placeholder: "reward ≥", type: "number", step: "any" }),
     el("input", { name: "max_reward", placeholder: "reward ≤", type: "number", step: "any" }),
     el("input", { name: "min_attempts", placeholder: "attempts ≥", type: "number", min: 0 }),
-    select("reason", REASONS),
+    select("reason", overview.reasons),
     el("button", { type: "submit", text: "Filter" }));
   for (const name of FILTERS) if (params.has(name)) form.elements[name].value = params.get(name);
   form.addEventListener("submit", (event) => {
