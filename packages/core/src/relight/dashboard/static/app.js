@@ -24,6 +24,10 @@ function el(tag, attrs = {}, ...children) {
   return node;
 }
 
+function put(node, ...children) {  // replaceChildren, leaving out what is not there
+  node.replaceChildren(...children.flat().filter((child) => child !== null && child !== undefined));
+}
+
 async function api(path) {
   const response = await fetch(path, { credentials: "same-origin" });
   const body = await response.json();
@@ -43,7 +47,7 @@ function showError(error) {
 
 // -- runs -----------------------------------------------------------------------------------------
 
-function chart(name, title, series, points, pick) {
+function chart(name, title, series, points, pick, yMin = 1) {
   const xs = points.map((p) => p.policy_version);
   const data = [xs, ...series.map((s) => points.map((p) => pick(p, s.key)))];
   const holder = document.getElementById(`chart-${name}`);
@@ -58,8 +62,8 @@ function chart(name, title, series, points, pick) {
   charts[name] = new uPlot(
     {
       title, width, height: 240,
-      scales: { x: { time: false } },
-      axes: [{ label: "policy version" }, {}],
+      scales: { x: { time: false }, y: { range: (u, min, max) => [Math.min(0, min ?? 0), Math.max(yMin, max ?? yMin)] } },
+      axes: [{ label: "policy version", incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000] }, {}],
       series: [{ label: "policy version" },
         ...series.map((s) => ({ label: s.label, stroke: s.color, width: 2, points: { size: 6 }, spanGaps: true }))],
     },
@@ -86,7 +90,7 @@ async function drawRuns() {
   const [overview, curves] = await Promise.all([api("api/overview"), api("api/curves")]);
   const stats = overview.stats;
   const byStatus = Object.entries(stats.rollouts_by_status).map(([k, v]) => `${v} ${k}`).join(", ") || "none";
-  document.getElementById("overview").replaceChildren(
+  put(document.getElementById("overview"),
     el("div", { class: "card" }, el("b", { text: overview.rollouts }), " rollouts: ", byStatus),
     el("div", { class: "card" }, el("b", { text: stats.spans }), " spans"),
     el("div", { class: "card" }, el("b", { text: stats.resources_versions }), " policy versions"),
@@ -169,7 +173,7 @@ async function drawRollouts(params) {
     location.hash = `#/rollouts?${next}`;
   };
   const last = Math.min(page.offset + page.limit, page.total);
-  document.getElementById("pager").replaceChildren(
+  put(document.getElementById("pager"),
     el("button", { "data-testid": "prev", disabled: page.offset === 0, onclick: () => shift(-page.limit), text: "‹ newer" }),
     el("span", { "data-testid": "range", text: page.total ? `${page.offset + 1}–${last} of ${page.total}` : "no rollouts" }),
     el("button", { "data-testid": "next", disabled: last >= page.total, onclick: () => shift(page.limit), text: "older ›" }),
