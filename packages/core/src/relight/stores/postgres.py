@@ -336,7 +336,7 @@ class PostgresStore:
             row = await _rows.one(
                 tx.conn,
                 "WITH added AS (INSERT INTO relight_spans (rollout_id, attempt_id, span_id, data) "
-                "SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[]) ON CONFLICT DO NOTHING "
+                "SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[]) ON CONFLICT DO NOTHING "
                 "RETURNING 1), counted AS (INSERT INTO relight_span_counts SELECT %s, count(*) FROM added "
                 "HAVING count(*) > 0 ON CONFLICT (shard) DO UPDATE "
                 "SET value = relight_span_counts.value + excluded.value) SELECT count(*) FROM added",
