@@ -16,8 +16,8 @@ update. This module gives both for relight-torch, registered under the rollout n
   verl's FSDP engine yields and sends them to the replica's server, which swaps them in between
   two sampling batches (:meth:`~relight_torch.engine.TorchEngine.updating_weights`).
 
-There is nothing to free on the CPU, so ``sleep``/``wake_up`` only record the state; the gateway
-is paused and drained by relight around every update, as on GPUs.
+There is nothing to free on the CPU, so ``sleep``/``wake_up`` do nothing; the gateway is paused
+and drained by relight around every update, as on GPUs.
 """
 
 from __future__ import annotations
@@ -57,7 +57,6 @@ class RelightTorchServer:
         from relight_torch.server import create_app
 
         self.engine = TorchEngine.from_pretrained(model_path, name=name, seed=seed)
-        self.asleep = False
         self.host = ray.util.get_node_ip_address()
         listener = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET)
         listener.bind((self.host, 0))
@@ -86,23 +85,27 @@ class RelightTorchServer:
         return self.engine.policy_version
 
     def logprob(self, prompt_ids: list[int], token_ids: list[int]) -> list[float]:
-        """Logprobs the served weights give ``token_ids`` after ``prompt_ids`` (how tests see a sync land)."""
+        """Logprobs the served weights give ``token_ids`` after ``prompt_ids`` (how tests see a sync land).
+
+        Read it while nothing updates the weights (between updates, or with the gateway paused).
+        """
         ids = torch.tensor([prompt_ids + token_ids])
-        with self.engine.updating_weights(), torch.no_grad():
+        with torch.no_grad():
             logits = self.engine.model(ids).logits[0, len(prompt_ids) - 1 : -1]
         chosen = torch.log_softmax(logits.float(), dim=-1).gather(1, torch.tensor(token_ids)[:, None])
         return chosen[:, 0].tolist()
 
-    # What verl's replicas and checkpoint manager ask of every rollout server.
+    # What verl's replicas and checkpoint manager ask of every rollout server. On the CPU there is no
+    # device memory to free or restore, so each is a no-op: relight's gateway keeps agents away meanwhile.
 
     def sleep(self) -> None:
-        self.asleep = True
+        return None
 
     def wake_up(self) -> None:
-        self.asleep = False
+        return None
 
     def wait_for_requests_to_drain(self) -> None:
-        return None  # relight's gateway drains before verl is asked to sleep
+        return None  # relight's gateway has drained before verl is asked to sleep
 
     def clear_kv_cache(self) -> None:
         return None
@@ -124,11 +127,6 @@ class RelightTorchServer:
 
     def stop_profile(self) -> None:
         return None
-
-    def shutdown(self) -> None:
-        self._server.should_exit = True
-        self._thread.join()
-        self.engine.close()
 
 
 class RelightTorchReplica(RolloutReplica):
