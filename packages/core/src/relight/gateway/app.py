@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from fastapi import FastAPI
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 
 from relight.gateway import responses
@@ -72,10 +72,13 @@ async def read_json(request: Request) -> Json:
     if declared.isdigit() and int(declared) > limit:
         raise GatewayError(413, f"the request body has {declared} bytes; the gateway accepts at most {limit}")
     body = bytearray()
-    async for part in request.stream():
-        body += part
-        if len(body) > limit:
-            raise GatewayError(413, f"the request body is over the gateway's limit of {limit} bytes")
+    try:
+        async for part in request.stream():
+            body += part
+            if len(body) > limit:
+                raise GatewayError(413, f"the request body is over the gateway's limit of {limit} bytes")
+    except ClientDisconnect:  # a runner killed mid-request: nobody to answer, nothing to log
+        raise GatewayError(400, "the client went away before its request arrived") from None
     try:
         parsed = json.loads(body)
     except ValueError as error:
