@@ -189,11 +189,12 @@ def main() -> None:
     parser.add_argument("--stores", nargs="+", default=list(STORES), choices=STORES)
     parser.add_argument("--processes", nargs="+", type=int, default=[1, 2, 4, 8], help="runner processes")
     parser.add_argument("--concurrency", nargs="+", type=int, default=[1, 8, 64], help="rollouts at once per process")
-    parser.add_argument("--rollouts", type=int, default=200, help="timed rollouts per configuration (at least one per slot)")
+    parser.add_argument("--rollouts", type=int, default=200, help="timed rollouts per run (at least one per slot)")
     args = parser.parse_args()
     results = asyncio.run(run(args))
     if not args.json:
-        show(results, Console())
+        console = Console()
+        show(results, Console(width=max(console.width, 110)))  # the table whole, even in a narrow log
 
 
 if __name__ == "__main__":
