@@ -32,8 +32,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from relight.errors import StoreUnavailableError
 from relight.gateway import Gateway
-from relight.models import AttemptStatus, RolloutRequest, RolloutStatus, SpanKind
+from relight.models import AttemptStatus, Rollout, RolloutRequest, RolloutStatus, SpanKind
 from relight.runner import RunnerProcesses
 from relight.stores.http import HttpStore
 from relight.supervisor import RunnerSupervisor
@@ -93,7 +94,7 @@ async def scenario(name: str, args: argparse.Namespace, folder: Path) -> Result:
 
             async def restart_store() -> None:
                 nonlocal restarts
-                while len([r for r in await store.wait(ids, timeout=1.0) if r.is_finished]) < args.rollouts // 3:
+                while len([r for r in await wait_through(store, ids, 1.0) if r.is_finished]) < args.rollouts // 3:
                     pass
                 server.kill()
                 await asyncio.to_thread(server.start)
@@ -105,7 +106,7 @@ async def scenario(name: str, args: argparse.Namespace, folder: Path) -> Result:
             if name in ("restart", "both"):
                 faults.append(asyncio.create_task(restart_store()))
             try:
-                finished = await store.wait(ids, timeout=args.timeout)
+                finished = await wait_through(store, ids, args.timeout)
                 seconds = time.perf_counter() - began
             finally:
                 done.set()
@@ -138,6 +139,17 @@ async def scenario(name: str, args: argparse.Namespace, folder: Path) -> Result:
         kills=kills,
         store_restarts=restarts,
     )
+
+
+async def wait_through(store: HttpStore, ids: list[str], timeout: float) -> list[Rollout]:
+    """``store.wait``, going on through a store restart longer than the client's retry budget."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return await store.wait(ids, timeout=max(0.0, deadline - time.monotonic()))
+        except StoreUnavailableError:
+            if time.monotonic() >= deadline:
+                raise
 
 
 async def run(args: argparse.Namespace) -> list[Result]:
