@@ -50,6 +50,7 @@ import io
 import logging
 import threading
 import uuid
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
@@ -62,7 +63,7 @@ from opentelemetry.sdk.trace import Span as SdkSpan
 from pydantic import JsonValue
 from rich.console import Console
 
-from relight import semconv, tracing
+from relight import guard, semconv, tracing
 from relight.agent import LLM, Agent, FunctionAgent
 from relight.instrumentation import Adapter, instrument
 from relight.models import Rollout, RolloutStatus, Span, SpanKind, Transition
@@ -240,6 +241,9 @@ class AdapterConformance:
         self, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
     ) -> None:
         error_type = self.break_hook(monkeypatch)
+        # Each place logs its first failure only; a fresh tally makes this test's first failure the logged one
+        # whatever ran before it in the process.
+        monkeypatch.setattr(guard, "_failures", Counter())
         with caplog.at_level(logging.WARNING):
             batch = await self.run_rollouts(2, self._a_mode())
         for run in batch.runs:
@@ -247,6 +251,7 @@ class AdapterConformance:
             assert len(run.of_kind(SpanKind.LLM)) == len(self.roles)
         logged = [r for r in caplog.records if r.exc_info is not None and isinstance(r.exc_info[1], error_type)]
         assert logged, f"no log record carries the {error_type.__name__} raised inside the adapter's hook"
+        assert guard.hook_failures(), "the hook's failures were not counted (relight.guard.hook_failures())"
 
     async def test_uninstrument_stops_recording(self) -> None:
         self.adapter().uninstrument()
