@@ -213,7 +213,13 @@ class Catalog:
     def select(self, where: RolloutFilter, *, offset: int, limit: int) -> tuple[int, list[RolloutRow]]:
         """The total that match and one page of them, newest first."""
         tests = where.predicates()
-        matching = [row for row in reversed(self.rows) if all(test(row) for test in tests)]
+        if not tests:  # the unfiltered list: a slice, whatever the store's size
+            end = max(0, len(self.rows) - offset)
+            return len(self.rows), self.rows[max(0, end - limit) : end][::-1]
+        if len(tests) == 1:
+            matching = list(filter(tests[0], reversed(self.rows)))
+        else:
+            matching = [row for row in reversed(self.rows) if all(test(row) for test in tests)]
         return len(matching), matching[offset : offset + limit]
 
     def curves(self) -> list[dict[str, object]]:
