@@ -6,13 +6,14 @@ import openai
 import pytest
 
 from relight import semconv
+from relight.engine import SamplingParams
 from relight.gateway import Gateway, HuggingFaceRetokenizer
 from relight.models import RolloutRequest
 from relight.stores.memory import InMemoryStore
 
 relight_torch = pytest.importorskip("relight_torch")
 from relight_torch.engine import TorchEngine  # noqa: E402
-from relight_torch.tiny import tiny_model, tiny_tokenizer  # noqa: E402
+from relight_torch.tiny import tiny_engine, tiny_model, tiny_tokenizer  # noqa: E402
 
 MESSAGES: Any = [{"role": "user", "content": "Add 2 and 3."}]
 
@@ -62,3 +63,30 @@ async def test_engine_calls_are_recorded_with_the_sampled_token_ids(stream: bool
     assert span.attributes[semconv.PROMPT_TOKEN_IDS] == prompt
     assert span.attributes[semconv.POLICY_VERSION] == 0  # the engine's own version wins over the gateway's
     assert span.attributes[semconv.UPSTREAM] == "engine"
+
+
+async def test_a_request_past_the_context_is_a_400_that_says_how_to_raise_it() -> None:
+    store = InMemoryStore()
+    (rollout,) = await store.enqueue([RolloutRequest(input="t")])
+    claimed = await store.claim("w")
+    assert claimed is not None
+    with tiny_engine(max_positions=64) as engine:
+        async with (
+            Gateway(store, [engine]) as gateway,
+            openai.AsyncOpenAI(
+                base_url=gateway.base_url_for(rollout.rollout_id, claimed[1].attempt_id), api_key="x", max_retries=0
+            ) as client,
+        ):
+            with pytest.raises(openai.BadRequestError) as raised:
+                await client.chat.completions.create(model="relight-tiny", messages=MESSAGES, max_tokens=100)
+    message = raised.value.message
+    assert raised.value.status_code == 400
+    assert "max_tokens must be between 1 and" in message
+    assert "the context of 64 tokens" in message
+    assert "tiny_engine(max_positions=N)" in message
+
+
+def test_the_tiny_model_holds_a_realistic_agent_prompt() -> None:
+    with tiny_engine() as engine:
+        assert engine.context_length == 4096
+        assert engine.submit([5] * 1500, SamplingParams(max_tokens=1)).result() is not None

@@ -32,14 +32,14 @@ def test_a_miniature_run_writes_the_whole_run_folder(tmp_path: Path) -> None:
     assert saved == summary
     for key in ("initial_eval_reward", "final_eval_reward", "initial_tool_rate", "final_tool_rate"):
         assert 0.0 <= saved[key] <= 1.0
-    assert saved["iterations"] == 2
-    assert saved["policy_version"] == 3  # the warm start, then one per GRPO update
+    assert (saved["iterations"], saved["steps"], saved["status"]) == (2, 2, "finished")
+    assert 1 <= saved["policy_version"] <= 3  # the warm start, then one per GRPO update with signal
     assert saved["wall_seconds"] > 0
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert [row["iteration"] for row in rows] == [1, 2]
-    assert {"reward", "tool_rate", "step_seconds", "loss"} <= set(rows[0])
+    assert [(row["kind"], row["step"]) for row in rows] == [("val", 0), ("train", 1), ("train", 2), ("val", 2)]
+    assert {"reward_mean", "groups_no_signal", "time_update_s"} <= set(rows[1])
     assert (tmp_path / "reward_curve.png").read_bytes().startswith(b"\x89PNG")
-    AutoModelForCausalLM.from_pretrained(tmp_path / "checkpoint")
+    AutoModelForCausalLM.from_pretrained(tmp_path / "checkpoints" / "step-2")
     assert str(tmp_path / "summary.json") in output.getvalue()
 
 

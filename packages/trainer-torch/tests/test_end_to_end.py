@@ -49,7 +49,9 @@ async def test_transitions_carry_exactly_what_the_engine_sampled(tmp_path: Path)
         await store.close()
         engine.close()
 
-    assert [row["policy_version"] for row in history] == [1, 2, 3]
+    versions = [0] + [int(row["policy_version"]) for row in history]
+    for row, before, after in zip(history, versions, versions[1:], strict=True):  # a step without signal is skipped
+        assert after - before == (row["groups_no_signal"] < row["groups"])
     sampled = {(tuple(g.prompt_token_ids), tuple(g.response_token_ids)): g for g in engine.generations}
     transitions = [t for batch in batches for t in batch]
     assert len(transitions) == len(engine.generations)  # every call became one transition, none twice
@@ -58,5 +60,5 @@ async def test_transitions_carry_exactly_what_the_engine_sampled(tmp_path: Path)
         for transition in batch:
             generation = sampled[(tuple(transition.prompt_token_ids), tuple(transition.response_token_ids))]
             assert transition.response_logprobs == generation.response_logprobs
-            assert transition.policy_version == generation.policy_version == iteration
+            assert transition.policy_version == generation.policy_version == versions[iteration]
             assert transition.reward in (0.0, 1.0)

@@ -65,7 +65,10 @@ class Generation:
 class Engine(Protocol):
     """A model served in-process. Must be safe to call from many concurrent rollouts."""
 
-    async def generate(self, request: GenerationRequest) -> Generation: ...
+    async def generate(self, request: GenerationRequest) -> Generation:
+        """Sample one response. Raises ValueError naming the field for a request it cannot serve
+        (``max_tokens`` past the context, a bad temperature): the gateway answers it with a 400."""
+        ...
 
     def models(self) -> list[str]:
         """The model names this engine answers to (for ``/v1/models``)."""

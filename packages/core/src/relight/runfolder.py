@@ -105,6 +105,15 @@ class RunFolder:
         text = json.dumps({**known, **summary}, indent=2)
         self.summary_path.write_text(text + "\n", encoding="utf-8")
 
+    def add_to_summary(self, extra: Mapping[str, JsonValue]) -> dict[str, JsonValue]:
+        """Merge ``extra`` into the summary.json already written (a demo's evaluation); returns the result."""
+        summary: dict[str, JsonValue] = {}
+        if self.summary_path.exists():
+            summary = json.loads(self.summary_path.read_text(encoding="utf-8"))
+        summary |= extra
+        self.summary_path.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        return summary
+
     def prune_checkpoints(self) -> None:
         """Keep the newest ``keep_checkpoints`` of ``checkpoints/step-<n>``: a real model's are hundreds of MB each."""
         steps = sorted(

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from relight.models import Rollout, RolloutRequest, Transition
 
-__all__ = ["flat_groups", "sample_until_signal", "with_signal"]
+__all__ = ["flat_groups", "sample_until_signal"]
 
 
 def flat_groups(transitions: Sequence[Transition], *, tolerance: float = 1e-9) -> set[str]:
@@ -23,12 +23,6 @@ def flat_groups(transitions: Sequence[Transition], *, tolerance: float = 1e-9) -
         low, high = spans.get(transition.group_id, (transition.reward, transition.reward))
         spans[transition.group_id] = (min(low, transition.reward), max(high, transition.reward))
     return {group for group, (low, high) in spans.items() if high - low <= tolerance}
-
-
-def with_signal(transitions: Sequence[Transition]) -> tuple[list[Transition], int]:
-    """The transitions of groups with a learning signal, and how many groups were left out."""
-    flat = flat_groups(transitions)
-    return [t for t in transitions if t.group_id not in flat], len(flat)
 
 
 async def sample_until_signal(

@@ -46,6 +46,11 @@ from relight_torch.toolcalls import parse_tool_calls
 
 __all__ = ["Sampled", "TorchEngine"]
 
+_LONGER = (
+    "Use a model with a longer context (its config's max_position_embeddings; tiny_engine(max_positions=N) "
+    "for the tiny model)"
+)
+
 
 @dataclass(frozen=True, slots=True)
 class Sampled:
@@ -98,6 +103,7 @@ class TorchEngine:
         max_batch_size: int = 128,
         batch_window: float = 0.005,
         seed: int = 0,
+        default_max_tokens: int | None = None,
     ) -> None:
         if tokenizer.pad_token_id is None and tokenizer.eos_token_id is None:
             raise ValueError("the tokenizer has neither a pad nor an eos token; set tokenizer.pad_token")
@@ -108,6 +114,8 @@ class TorchEngine:
         self.batch_window = batch_window
         self.policy_version = 0
         self.context_length: int = getattr(model.config, "max_position_embeddings", None) or 2048
+        self.default_max_tokens = default_max_tokens
+        """New tokens for a request that sets no ``max_tokens``; None: the rest of the context."""
         pad = tokenizer.pad_token_id
         self.pad_id: int = pad if pad is not None else tokenizer.eos_token_id  # type: ignore[assignment]
         self._eos_ids = _eos_ids(model, tokenizer)
@@ -172,11 +180,14 @@ class TorchEngine:
         """Queue a tokenized prompt for the next batch; raises ValueError naming a bad field."""
         room = self.context_length - len(prompt_ids)
         if room < 1:
-            raise ValueError(f"the prompt has {len(prompt_ids)} tokens; the model's context is {self.context_length}")
+            raise ValueError(
+                f"the prompt has {len(prompt_ids)} tokens; the model's context is {self.context_length}. {_LONGER}"
+            )
         if sampling.max_tokens is not None and not 1 <= sampling.max_tokens <= room:
             raise ValueError(
                 f"max_tokens must be between 1 and {room} (the context of {self.context_length} tokens less the "
-                f"prompt's {len(prompt_ids)}), got {sampling.max_tokens}"
+                f"prompt's {len(prompt_ids)}), got {sampling.max_tokens}. Ask for fewer, or {_LONGER[0].lower()}"
+                f"{_LONGER[1:]}"
             )
         if sampling.temperature < 0 or not 0 < sampling.top_p <= 1:
             raise ValueError(
@@ -185,7 +196,7 @@ class TorchEngine:
         row = _Row(
             prompt_ids=prompt_ids,
             sampling=sampling,
-            max_new_tokens=sampling.max_tokens or room,
+            max_new_tokens=sampling.max_tokens or min(room, self.default_max_tokens or room),
             future=Future(),
             generator=torch.Generator().manual_seed(sampling.seed) if sampling.seed is not None else None,
         )

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from relight.models import Transition
+from relight.signal import flat_groups
 from relight_torch._policy import PolicyAlgorithm
 from relight_torch.advantages import grpo_advantages, reinforce_pp_advantages
 from relight_torch.engine import TorchEngine
@@ -24,7 +25,7 @@ from relight_torch.learner import Sample
 from relight_torch.objectives import PolicyGradientLoss
 from relight_torch.offpolicy import correct_stale_samples
 
-__all__ = ["GRPO", "Estimator", "UpdateCallback"]
+__all__ = ["GRPO", "Estimator", "UpdateCallback", "with_signal_samples"]
 
 Estimator = Literal["grpo", "reinforce++"]
 UpdateCallback = Callable[[Sequence[Transition], Mapping[str, float]], None]
@@ -98,12 +99,23 @@ class GRPO(PolicyAlgorithm):
         trainable = [t for t in transitions if t.response_token_ids]
         if not trainable:
             raise ValueError(f"none of the {len(transitions)} transitions has response tokens to train on")
-        samples = self.samples(trainable)
+        all_samples = self.samples(trainable)
+        kept, samples, flat = with_signal_samples(trainable, all_samples)
+        rewards = [t.reward for t in trainable]
+        counts = {
+            "groups_skipped": float(flat),
+            "transition_reward_mean": statistics.fmean(rewards),
+            "response_tokens_mean": statistics.fmean(len(t.response_token_ids) for t in trainable),
+        }
+        if not samples:  # every group's rewards are equal: nothing to learn, the weights stay as they are
+            return {**counts, "update_skipped": 1.0}
         correction: dict[str, float] = {}
         if self.tis_cap is not None:
             samples, correction = correct_stale_samples(
-                samples, trainable, self.learner, version=self.policy_version, cap=self.tis_cap
+                samples, kept, self.learner, version=self.policy_version, cap=self.tis_cap
             )
+        # Left-out samples' loss is zero; dividing by every token's count keeps the step the full batch's.
+        per_token = sum(len(s.response_ids) for s in all_samples) / sum(len(s.response_ids) for s in samples)
         steps: list[dict[str, float]] = []
         with self.changing_weights():
             for _ in range(self.epochs):
@@ -112,14 +124,12 @@ class GRPO(PolicyAlgorithm):
                 for part in range(self.mini_batches):
                     chosen = [samples[i] for i in order[part :: self.mini_batches]]
                     if chosen:
-                        steps.append(self.learner.update(chosen, self.loss))
-        rewards = [t.reward for t in trainable]
+                        normalizer = per_token * sum(len(s.response_ids) for s in chosen)
+                        steps.append(self.learner.update(chosen, self.loss, normalizer=normalizer))
         metrics = {name: statistics.fmean(step[name] for step in steps) for name in steps[0]}
-        metrics |= {
+        metrics |= counts | {
             "first_ratio": steps[0]["ratio"],
-            "transition_reward_mean": statistics.fmean(rewards),
-            "advantage_abs_mean": statistics.fmean(abs(s.advantage) for s in samples),
-            "response_tokens_mean": statistics.fmean(len(t.response_token_ids) for t in trainable),
+            "advantage_abs_mean": statistics.fmean(abs(s.advantage) for s in all_samples),
             "off_policy_transitions": float(sum(t.policy_version != self.policy_version - 1 for t in trainable)),
             **correction,
         }
@@ -137,3 +147,18 @@ class GRPO(PolicyAlgorithm):
             Sample(t.prompt_token_ids, t.response_token_ids, float(a), t.response_logprobs)
             for t, a in zip(transitions, advantages.tolist(), strict=True)
         ]
+
+
+def with_signal_samples(
+    transitions: Sequence[Transition], samples: Sequence[Sample]
+) -> tuple[list[Transition], list[Sample], int]:
+    """The transitions and samples of groups whose rewards differ, and how many groups were left out.
+
+    A group whose rewards are all equal has zero advantage everywhere, so its loss and gradient
+    are zero (its KL term aside): leaving it out before the forward pass saves the pass and
+    changes nothing else. Advantages are computed before, over the whole batch, as REINFORCE++
+    whitens over the batch.
+    """
+    flat = flat_groups(transitions)
+    kept = [(t, s) for t, s in zip(transitions, samples, strict=True) if t.group_id not in flat]
+    return [t for t, _ in kept], [s for _, s in kept], len(flat)

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
-from relight_torch.packing import PackedBatch, micro_batches, pack, response_logprobs
+from relight_torch.packing import LOGPROB_CHUNK, PackedBatch, micro_batches, pack, response_logprobs
 
 __all__ = ["Learner", "Sample", "TokenLoss"]
 
@@ -44,8 +44,13 @@ class Learner:
         model: The policy, updated in place.
         pad_id: Token id used for padding (never scored).
         lr: AdamW's learning rate.
-        token_budget: Most tokens (rows × padded width) in one forward/backward pass.
+        token_budget: Most tokens (rows × padded width) in one forward/backward pass: the bound on
+            the model's activations (about 1.3 MB per token for SmolLM2-135M in float32). Gradient
+            accumulation makes the update the same whatever the budget; a smaller one uses less
+            memory and runs a little slower.
         max_grad_norm: Gradients are clipped to this global norm.
+        logprob_chunk: Response tokens whose vocabulary-wide logits exist at once (see
+            :func:`relight_torch.packing.token_logprobs`); None makes them for a whole micro-batch.
     """
 
     def __init__(
@@ -58,38 +63,46 @@ class Learner:
         betas: tuple[float, float] = (0.9, 0.99),
         token_budget: int = 4096,
         max_grad_norm: float = 1.0,
+        logprob_chunk: int | None = LOGPROB_CHUNK,
     ) -> None:
         self.model = model
         self.pad_id = pad_id
         self.token_budget = token_budget
         self.max_grad_norm = max_grad_norm
+        self.logprob_chunk = logprob_chunk
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, betas=betas)
         self.step = 0
 
-    def update(self, samples: Sequence[Sample], token_loss: TokenLoss) -> dict[str, float]:
+    def update(
+        self, samples: Sequence[Sample], token_loss: TokenLoss, *, normalizer: float | None = None
+    ) -> dict[str, float]:
         """Accumulate the token-mean loss over ``samples`` and take one optimizer step.
 
-        Returns the loss, the other statistics ``token_loss`` reported (token means) and the
-        gradient norm before clipping.
+        ``normalizer`` divides the summed loss instead of the samples' token count: an algorithm
+        that leaves out samples whose loss is zero anyway passes the count with them, so the step
+        is the one it would have taken with them. Returns the loss, the other statistics
+        ``token_loss`` reported (token means) and the gradient norm before clipping.
         """
         tokens = sum(len(sample.response_ids) for sample in samples)
         if tokens == 0:
             raise ValueError("an update needs at least one response token; every sample's response was empty")
+        scale = normalizer or tokens
         self.optimizer.zero_grad(set_to_none=True)
         totals: dict[str, float] = {"loss": 0.0}
         lengths = [len(sample.prompt_ids) + len(sample.response_ids) for sample in samples]
         for indices in micro_batches(lengths, self.token_budget):
             chunk = [samples[i] for i in indices]
             batch = self.pack(chunk)
-            loss, stats = token_loss(response_logprobs(self.model, batch), batch, chunk)
-            (loss / tokens).backward()
+            loss, stats = token_loss(self.score(self.model, batch), batch, chunk)
+            (loss / scale).backward()
             totals["loss"] += loss.item()
             for name, value in stats.items():
                 totals[name] = totals.get(name, 0.0) + value
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
         self.optimizer.step()
         self.step += 1
-        return {**{name: value / tokens for name, value in totals.items()}, "grad_norm": float(grad_norm)}
+        means = {name: value / tokens for name, value in totals.items()}
+        return {**means, "loss": totals["loss"] / scale, "grad_norm": float(grad_norm)}
 
     def pack(self, samples: Sequence[Sample]) -> PackedBatch:
         return pack(
@@ -104,10 +117,14 @@ class Learner:
         lengths = [len(sample.prompt_ids) + len(sample.response_ids) for sample in samples]
         for indices in micro_batches(lengths, self.token_budget):
             chunk = [samples[i] for i in indices]
-            scores = response_logprobs(scorer, self.pack(chunk))
+            scores = self.score(scorer, self.pack(chunk))
             for row, index in enumerate(indices):
                 result[index] = scores[row, : len(samples[index].response_ids)].tolist()
         return result
+
+    def score(self, model: PreTrainedModel, batch: PackedBatch) -> torch.Tensor:
+        """The response tokens' logprobs under ``model``, logits made ``logprob_chunk`` tokens at a time."""
+        return response_logprobs(model, batch, chunk_tokens=self.logprob_chunk)
 
     @property
     def device(self) -> torch.device:

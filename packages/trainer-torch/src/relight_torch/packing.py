@@ -11,11 +11,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import torch
+from torch.utils.checkpoint import checkpoint
 from transformers import PreTrainedModel
 
-__all__ = ["PackedBatch", "left_pad", "micro_batches", "pack", "positions", "response_logprobs"]
+__all__ = [
+    "LOGPROB_CHUNK",
+    "PackedBatch",
+    "left_pad",
+    "micro_batches",
+    "pack",
+    "positions",
+    "response_logprobs",
+    "token_logprobs",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +83,76 @@ def pack(
     )
 
 
-def response_logprobs(model: PreTrainedModel, batch: PackedBatch) -> torch.Tensor:
-    """``[batch, response_width]`` log-probabilities of each response token (0 at padding)."""
+LOGPROB_CHUNK = 512
+"""Response tokens whose vocabulary-wide logits exist at once when scoring (see :func:`token_logprobs`)."""
+
+_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
+"""Config fields of models whose logits are more than the output layer's projection: scored whole."""
+
+
+def response_logprobs(
+    model: PreTrainedModel, batch: PackedBatch, *, chunk_tokens: int | None = LOGPROB_CHUNK
+) -> torch.Tensor:
+    """``[batch, response_width]`` log-probabilities of each response token (0 at padding).
+
+    With ``chunk_tokens`` the model runs without its output layer, and the response tokens' logits
+    are made ``chunk_tokens`` rows at a time (:func:`token_logprobs`), so memory does not grow with
+    vocabulary × tokens; ``None`` makes the whole ``[batch, width, vocabulary]`` logits at once.
+    """
+    head = _output_layer(model) if chunk_tokens else None
+    if head is None or chunk_tokens is None:
+        return _whole_vocabulary_logprobs(model, batch)
+    width = batch.response_width
+    hidden = model.get_decoder()(
+        input_ids=batch.input_ids,
+        attention_mask=batch.attention_mask,
+        position_ids=positions(batch.attention_mask),
+        use_cache=False,
+    ).last_hidden_state[:, -width - 1 : -1]
+    mask = batch.response_mask.bool()
+    scores = token_logprobs(hidden[mask], batch.input_ids[:, -width:][mask], head, chunk_tokens=chunk_tokens)
+    return torch.zeros(mask.shape, dtype=scores.dtype, device=scores.device).masked_scatter(mask, scores)
+
+
+def token_logprobs(
+    hidden: torch.Tensor, targets: torch.Tensor, head: torch.nn.Linear, *, chunk_tokens: int = LOGPROB_CHUNK
+) -> torch.Tensor:
+    """``log_softmax(head(hidden))[target]`` per row of ``hidden`` ``[tokens, hidden_size]``, in float32.
+
+    Logits exist for at most ``chunk_tokens`` rows at a time. Under autograd each chunk is
+    checkpointed: its logits are dropped after the forward and made again, one chunk at a time, in
+    the backward, so the peak is one chunk's logits rather than every token's.
+    """
+    if chunk_tokens < 1:
+        raise ValueError(f"chunk_tokens must be at least 1, got {chunk_tokens}")
+    recompute = torch.is_grad_enabled() and (hidden.requires_grad or head.weight.requires_grad)
+    pieces: list[torch.Tensor] = []
+    for start in range(0, hidden.shape[0], chunk_tokens):
+        rows, wanted = hidden[start : start + chunk_tokens], targets[start : start + chunk_tokens]
+        if recompute:
+            piece = checkpoint(_chunk_logprobs, rows, wanted, head.weight, head.bias, use_reentrant=False)
+            pieces.append(cast(torch.Tensor, piece))
+        else:
+            pieces.append(_chunk_logprobs(rows, wanted, head.weight, head.bias))
+    return torch.cat(pieces) if pieces else hidden.new_zeros(0, dtype=torch.float32)
+
+
+def _chunk_logprobs(
+    hidden: torch.Tensor, targets: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
+    logits = torch.nn.functional.linear(hidden, weight, bias).float()
+    return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1)
+
+
+def _output_layer(model: PreTrainedModel) -> torch.nn.Linear | None:
+    """The output projection, when the logits are nothing more than it applied to the decoder's output."""
+    head = model.get_output_embeddings()
+    if not isinstance(head, torch.nn.Linear) or any(getattr(model.config, name, None) for name in _LOGIT_TRANSFORMS):
+        return None
+    return head
+
+
+def _whole_vocabulary_logprobs(model: PreTrainedModel, batch: PackedBatch) -> torch.Tensor:
     width = batch.response_width
     output = model(
         input_ids=batch.input_ids,

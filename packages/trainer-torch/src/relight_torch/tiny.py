@@ -80,10 +80,14 @@ def tiny_model(
     hidden_size: int = 128,
     num_layers: int = 2,
     num_heads: int = 8,
-    max_positions: int = 512,
+    max_positions: int = 4096,
     init_std: float = 0.06,
 ) -> LlamaForCausalLM:
     """A Llama with random weights drawn from ``seed``, sized for the CPU (0.5M parameters by default).
+
+    ``max_positions`` is the context (prompt and response) the engine allows: 4,096 tokens hold a
+    realistic agent's prompt (a schema, a few turns). Rotary positions have no weights, so it
+    changes nothing else.
 
     ``init_std`` is three times transformers' default: at this width, the default's near-uniform
     attention takes several times longer to learn to copy (the skill the calculator task needs).
@@ -108,7 +112,14 @@ def tiny_model(
     return model.eval()
 
 
-def tiny_engine(*, seed: int = 0, name: str = "relight-tiny", **model_options: Any) -> TorchEngine:
-    """An engine serving a fresh tiny model (weights and sampling seeded by ``seed``)."""
+def tiny_engine(
+    *, seed: int = 0, name: str = "relight-tiny", default_max_tokens: int | None = 512, **model_options: Any
+) -> TorchEngine:
+    """An engine serving a fresh tiny model (weights and sampling seeded by ``seed``).
+
+    A request without ``max_tokens`` gets at most ``default_max_tokens`` new tokens: an untrained
+    model rarely ends by itself, and the rest of a 4,096-token context is a long wait on a CPU.
+    """
     tokenizer = tiny_tokenizer()
-    return TorchEngine(tiny_model(tokenizer, seed=seed, **model_options), tokenizer, name=name, seed=seed)
+    model = tiny_model(tokenizer, seed=seed, **model_options)
+    return TorchEngine(model, tokenizer, name=name, seed=seed, default_max_tokens=default_max_tokens)

@@ -178,6 +178,8 @@ class EngineUpstream:
         request = _generation_request(endpoint, body)
         try:
             generation = await self.engine.generate(request)
+        except ValueError as error:  # the engine's contract for a request it cannot serve: the client's to fix
+            raise UpstreamError(f"engine {self.name!r} refused the request: {error}", status_code=400) from error
         except Exception as error:
             raise UpstreamError(f"engine {self.name!r} failed: {error!r}") from error
         return _engine_response(endpoint, generation)

@@ -9,32 +9,34 @@
    finished rollouts become transitions; :class:`~relight_torch.GRPO` updates the weights the
    engine serves.
 4. Greedy evaluation before and after (the trainer's validation rollouts), read back from the store.
+
+The run folder is the trainer's (:mod:`relight.runfolder`), as for any ``fit``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import statistics
 import time
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
+from pydantic import JsonValue
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 import relight
-from relight.models import Mode, RolloutStatus, SpanKind, Transition
+from relight.models import Mode, RolloutStatus, SpanKind
+from relight.runfolder import RunFolder
 from relight.store import Store
 from relight.transitions import episode_return
 from relight_torch.demo.agent import calculator_agent
 from relight_torch.demo.calculator import TOOLS, demonstration, problems
-from relight_torch.demo.report import plot_curves
 from relight_torch.engine import TorchEngine
 from relight_torch.grpo import GRPO
 from relight_torch.sft import SFT, conversation_samples
@@ -72,9 +74,12 @@ class Evaluation:
 
 
 def run_demo(recipe: Recipe, out: Path, console: Console | None = None) -> dict[str, Any]:
-    """Run the demo into ``out`` and return the summary it wrote there."""
+    """Run the demo into the run folder ``out`` and return the summary it wrote there.
+
+    The folder is :meth:`relight.Trainer.fit`'s own (metrics, reward curve, checkpoints, store);
+    the demo adds its evaluation before and after to ``summary.json``.
+    """
     console = console or Console()
-    out.mkdir(parents=True, exist_ok=True)
     began = time.perf_counter()
     random.seed(recipe.seed)
     torch.manual_seed(recipe.seed)
@@ -84,48 +89,43 @@ def run_demo(recipe: Recipe, out: Path, console: Console | None = None) -> dict[
     )
     try:
         warm_start(engine, recipe, console)
-        progress = _progress(console)
-        with (out / "metrics.jsonl").open("w", encoding="utf-8") as metrics_file, progress:
-            tracker = _Tracker(progress, progress.add_task("GRPO", total=recipe.iterations, info=""), metrics_file)
-            algorithm = GRPO(engine, lr=recipe.lr, clip=recipe.clip, seed=recipe.seed, callbacks=[tracker])
-            initial, final = asyncio.run(_reinforce(algorithm, recipe, out / "store.db"))
+        algorithm = GRPO(engine, lr=recipe.lr, clip=recipe.clip, seed=recipe.seed)
+        initial, final = asyncio.run(_reinforce(algorithm, recipe, out, console))
     finally:
         engine.close()
-    algorithm.save(out / "checkpoint")
-    summary = {
-        "initial_eval_reward": initial.reward,
-        "final_eval_reward": final.reward,
-        "initial_tool_rate": initial.tool_rate,
-        "final_tool_rate": final.tool_rate,
-        "iterations": recipe.iterations,
-        "wall_seconds": round(time.perf_counter() - began, 1),
-        "policy_version": algorithm.policy_version,
-        "eval_episodes": final.episodes,
-        "recipe": asdict(recipe),
-    }
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    plot_curves(tracker.rows, initial=initial.reward, final=final.reward, path=out / "reward_curve.png")
-    _print_summary(console, summary, out)
+    summary = RunFolder(out).add_to_summary(
+        {
+            "initial_eval_reward": initial.reward,
+            "final_eval_reward": final.reward,
+            "initial_tool_rate": initial.tool_rate,
+            "final_tool_rate": final.tool_rate,
+            "iterations": recipe.iterations,
+            "wall_seconds": round(time.perf_counter() - began, 1),
+            "eval_episodes": final.episodes,
+            "recipe": cast(JsonValue, asdict(recipe)),
+        }
+    )
+    _print_summary(console, summary)
     return summary
 
 
-async def _reinforce(algorithm: GRPO, recipe: Recipe, store_path: Path) -> tuple[Evaluation, Evaluation]:
+async def _reinforce(algorithm: GRPO, recipe: Recipe, out: Path, console: Console) -> tuple[Evaluation, Evaluation]:
     """GRPO through relight's trainer, runner, gateway and store; returns the greedy evaluations before and after."""
-    store = relight.open_store(f"sqlite:///{store_path}")
     trainer = relight.Trainer(
         algorithm,
-        store=store,
         batch_size=recipe.tasks_per_iteration,
         n_samples=recipe.samples_per_task,
         concurrency=recipe.tasks_per_iteration * recipe.samples_per_task,
         val_every=recipe.iterations,
-        console=Console(quiet=True),
+        run_dir=out,
+        console=console,
     )
     count = recipe.iterations * recipe.tasks_per_iteration
     train = [{**p.as_task(), "temperature": 1.0} for p in problems(count, seed=recipe.seed + 1)]
     val = [{**p.as_task(), "temperature": 0.0} for p in problems(recipe.eval_tasks, seed=10_000, split="eval")]
+    await trainer.afit(calculator_agent, train, val)
+    store = relight.open_store(RunFolder(out).store_url)
     try:
-        await trainer.afit(calculator_agent, train, val)
         return await _evaluations(store)
     finally:
         await store.close()
@@ -148,36 +148,6 @@ def warm_start(engine: TorchEngine, recipe: Recipe, console: Console) -> None:
             batch_size=recipe.sft_batch_size,
             on_step=lambda step, loss: progress.update(bar, completed=step + 1, info=f"loss {loss:.3f}"),
         )
-
-
-class _Tracker:
-    """Follows GRPO's updates: the progress bar's reward, tool-use rate and step time, and metrics.jsonl."""
-
-    def __init__(self, progress: Progress, bar: Any, metrics_file: Any) -> None:
-        self.progress = progress
-        self.bar = bar
-        self.metrics_file = metrics_file
-        self.rows: list[dict[str, float]] = []
-        self._last = time.perf_counter()
-
-    def __call__(self, transitions: Sequence[Transition], metrics: Mapping[str, float]) -> None:
-        now = time.perf_counter()
-        episodes: defaultdict[str, list[Transition]] = defaultdict(list)
-        for transition in transitions:
-            episodes[transition.attempt_id].append(transition)
-        row = {
-            "iteration": len(self.rows) + 1,
-            "reward": statistics.fmean(calls[0].reward for calls in episodes.values()),
-            "tool_rate": statistics.fmean(len(calls) > 1 for calls in episodes.values()),
-            "step_seconds": now - self._last,
-            **metrics,
-        }
-        self._last = now
-        self.rows.append(row)
-        self.metrics_file.write(json.dumps(row) + "\n")
-        self.metrics_file.flush()
-        info = f"reward {row['reward']:.2f}  tool use {row['tool_rate']:.2f}  {row['step_seconds']:.1f} s/step"
-        self.progress.update(self.bar, advance=1, info=info)
 
 
 async def _evaluations(store: Store) -> tuple[Evaluation, Evaluation]:
@@ -214,14 +184,15 @@ def _progress(console: Console) -> Progress:
     )
 
 
-def _print_summary(console: Console, summary: Mapping[str, Any], out: Path) -> None:
+def _print_summary(console: Console, summary: Mapping[str, Any]) -> None:
     console.print(
         f"greedy eval reward {summary['initial_eval_reward']:.2f} → [bold]{summary['final_eval_reward']:.2f}[/], "
         f"tool use {summary['initial_tool_rate']:.2f} → {summary['final_tool_rate']:.2f}, "
         f"{summary['iterations']} iterations, {summary['wall_seconds']:.0f} s, policy v{summary['policy_version']}"
     )
-    for name in ("summary.json", "metrics.jsonl", "reward_curve.png", "checkpoint", "store.db"):
-        console.print(f"  {out / name}")
+    out = Path(str(summary["run_dir"]))
+    for name in ("summary.json", "metrics.jsonl", "reward_curve.png", "checkpoints", "store.db"):
+        console.print(f"  {out / name}", highlight=False, soft_wrap=True)
 
 
 def _millions(model: torch.nn.Module) -> str:

@@ -1,0 +1,115 @@
+"""Peak memory of one GRPO update on a real vocabulary: SmolLM2-135M (49k tokens), 16 transitions, 4,002 tokens.
+
+Each configuration runs in a fresh process: the model is loaded, the process's peak resident set
+(``VmHWM``) is reset, one update runs (advantages, forward and backward over every micro-batch,
+AdamW's first step, which allocates its state), and the new peak is read.
+
+- ``logprobs``: ``chunked`` makes the vocabulary-wide logits ``LOGPROB_CHUNK`` response tokens at a
+  time (the default); ``whole`` makes them for a whole micro-batch at once (as before).
+- ``peak_gb``: the process's peak resident memory during the update (model and optimizer included).
+- ``update_gb``: that peak less the resident memory just before the update.
+- ``loss``: the update's loss, the same whichever way logprobs are made.
+
+    python benchmarks/update_memory.py            # a table
+    python benchmarks/update_memory.py --json     # one JSON object per line
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+CONFIGURATIONS = [("whole", 4096), ("whole", 1024), ("chunked", 4096), ("chunked", 1024)]
+TRANSITIONS, TOKENS = 16, 4002
+COLUMNS = ("logprobs", "token_budget", "peak_gb", "update_gb", "update_s", "loss")
+
+
+def _resident_gb(field: str) -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 2**20
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
+def measure(logprobs: str, token_budget: int) -> dict[str, Any]:
+    """One update in this process; returns its figures."""
+    import torch
+
+    from relight.models import Transition
+    from relight_torch.engine import TorchEngine
+    from relight_torch.grpo import GRPO
+    from relight_torch.models import smollm2
+
+    torch.manual_seed(0)
+    engine = TorchEngine.from_pretrained(smollm2())
+    vocab = engine.model.config.vocab_size
+    prompts = [160 + 4 * i for i in range(TRANSITIONS)]
+    responses = [30 + 4 * i for i in range(TRANSITIONS)]
+    responses[-1] += TOKENS - sum(prompts) - sum(responses)
+    transitions = [
+        Transition(
+            rollout_id=f"ro-{i}",
+            attempt_id=f"at-{i}",
+            group_id=f"task-{i // 4}",
+            step=0,
+            prompt_token_ids=torch.randint(3, vocab, (prompts[i],)).tolist(),
+            response_token_ids=torch.randint(3, vocab, (responses[i],)).tolist(),
+            reward=float(i % 4 in (0, 3)),
+            policy_version=0,
+        )
+        for i in range(TRANSITIONS)
+    ]
+    algorithm = GRPO(engine, token_budget=token_budget, logprob_chunk=None if logprobs == "whole" else 512)
+    Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current resident set
+    before = _resident_gb("VmRSS")
+    began = time.perf_counter()
+    metrics = algorithm.learn(transitions)
+    return {
+        "benchmark": "update_memory",
+        "model": "SmolLM2-135M-Instruct",
+        "logprobs": logprobs,
+        "token_budget": token_budget,
+        "transitions": TRANSITIONS,
+        "tokens": TOKENS,
+        "peak_gb": round(_resident_gb("VmHWM"), 3),
+        "update_gb": round(_resident_gb("VmHWM") - before, 3),
+        "update_s": round(time.perf_counter() - began, 1),
+        "loss": metrics["loss"],
+        "torch_threads": torch.get_num_threads(),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
+    parser.add_argument("--one", nargs=2, metavar=("LOGPROBS", "TOKEN_BUDGET"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(measure(args.one[0], int(args.one[1]))))
+        return
+    results = []
+    for logprobs, budget in CONFIGURATIONS:
+        command = [sys.executable, __file__, "--one", logprobs, str(budget)]
+        output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+        results.append(json.loads(output.strip().splitlines()[-1]))
+        if args.json:
+            print(json.dumps(results[-1]), flush=True)
+    if not args.json:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=f"one GRPO update: SmolLM2-135M, {TRANSITIONS} transitions, {TOKENS} tokens")
+        for column in COLUMNS:
+            table.add_column(column, justify="left" if column == "logprobs" else "right")
+        for row in results:
+            table.add_row(*(f"{row[c]:.6g}" if isinstance(row[c], float) else str(row[c]) for c in COLUMNS))
+        Console().print(table)
+
+
+if __name__ == "__main__":
+    main()

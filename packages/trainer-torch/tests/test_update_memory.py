@@ -1,0 +1,120 @@
+"""Token logprobs made a chunk of the vocabulary-wide logits at a time, and groups without signal left out:
+both must leave the update exactly what it was (to float rounding), only cheaper."""
+
+import copy
+from pathlib import Path
+from typing import cast
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from relight.models import Transition
+from relight_torch.grpo import GRPO
+from relight_torch.learner import Learner, Sample
+from relight_torch.objectives import PolicyGradientLoss
+from relight_torch.packing import pack, response_logprobs, token_logprobs
+from relight_torch.tiny import tiny_engine
+
+
+def rows(vocab: int, count: int, seed: int = 0) -> list[Sample]:
+    """Prompts and responses of different lengths (so both paddings are exercised), advantages of both signs."""
+    generator = torch.Generator().manual_seed(seed)
+
+    def ids(length: int) -> list[int]:
+        return torch.randint(3, vocab, (length,), generator=generator).tolist()
+
+    return [Sample(ids(5 + 3 * i), ids(2 + 5 * (i % 4)), advantage=(-1.0) ** i * (0.5 + i / 10)) for i in range(count)]
+
+
+def loss_and_gradient(model: torch.nn.Module, samples: list[Sample], chunk: int | None) -> tuple[float, torch.Tensor]:
+    learner = Learner(copy.deepcopy(model), pad_id=0, logprob_chunk=chunk)  # type: ignore[arg-type]
+    learner.optimizer.param_groups[0]["lr"] = 0.0
+    metrics = learner.update(samples, PolicyGradientLoss())
+    gradient = torch.cat([p.grad.flatten() for p in learner.model.parameters() if p.grad is not None])
+    return metrics["loss"], gradient
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 512])
+def test_chunked_logprobs_and_loss_equal_the_whole_vocabulary_ones(chunk: int) -> None:
+    with tiny_engine(seed=0) as engine:
+        model = engine.model
+        samples = rows(model.config.vocab_size, 6)
+        batch = pack([s.prompt_ids for s in samples], [s.response_ids for s in samples], pad_id=engine.pad_id)
+        with torch.no_grad():
+            whole = response_logprobs(model, batch, chunk_tokens=None)
+            chunked = response_logprobs(model, batch, chunk_tokens=chunk)
+        assert torch.allclose(chunked, whole, atol=1e-5)
+        assert bool((chunked[batch.response_mask == 0] == 0).all())
+        whole_loss, whole_gradient = loss_and_gradient(model, samples, None)
+        loss, gradient = loss_and_gradient(model, samples, chunk)
+    assert loss == pytest.approx(whole_loss, abs=1e-5)
+    assert torch.allclose(gradient, whole_gradient, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_the_same_loss_and_output_layer_gradient_on_smollm2(smollm2_path: Path) -> None:
+    """A real 49k vocabulary with tied embeddings: the output layer's gradient is the one chunking changes."""
+    model = AutoModelForCausalLM.from_pretrained(smollm2_path, dtype=torch.float32)
+    samples = rows(model.config.vocab_size, 3)
+    batch = pack([s.prompt_ids for s in samples], [s.response_ids for s in samples], pad_id=0)
+    results = []
+    for chunk in (None, 16):
+        model.zero_grad(set_to_none=True)
+        loss, _ = PolicyGradientLoss()(response_logprobs(model, batch, chunk_tokens=chunk), batch, samples)
+        loss.backward()
+        results.append((loss.item(), model.get_output_embeddings().weight.grad.clone()))
+    (whole_loss, whole_gradient), (loss, gradient) = results
+    assert loss == pytest.approx(whole_loss, abs=1e-5)
+    difference = float((gradient - whole_gradient).abs().max() / whole_gradient.abs().max())
+    assert difference < 1e-4, f"the gradients differ by {difference:.2e} of the largest"
+
+
+def test_token_logprobs_refuses_an_empty_chunk() -> None:
+    with pytest.raises(ValueError, match="chunk_tokens must be at least 1, got 0"):
+        token_logprobs(torch.zeros(2, 4), torch.zeros(2, dtype=torch.long), torch.nn.Linear(4, 8), chunk_tokens=0)
+
+
+def transitions(samples: list[Sample], rewards: list[float], groups: list[str]) -> list[Transition]:
+    return [
+        Transition(
+            rollout_id=f"ro-{i}",
+            attempt_id=f"at-{i}",
+            group_id=group,
+            step=0,
+            prompt_token_ids=list(s.prompt_ids),
+            response_token_ids=list(s.response_ids),
+            reward=reward,
+            policy_version=0,
+        )
+        for i, (s, reward, group) in enumerate(zip(samples, rewards, groups, strict=True))
+    ]
+
+
+def test_groups_without_signal_never_reach_the_forward_pass_and_the_step_is_unchanged() -> None:
+    with tiny_engine(seed=0) as engine:
+        samples = rows(engine.model.config.vocab_size, 6)
+        batch = transitions(samples, [1.0, 0.0, 1.0, 2.0, 2.0, 2.0], ["a", "a", "a", "flat", "flat", "flat"])
+        reference = copy.deepcopy(engine.model)
+        seen: list[int] = []
+        engine.model.get_decoder().register_forward_hook(
+            lambda _module, _args, kwargs, _output: seen.append(kwargs["input_ids"].shape[0]), with_kwargs=True
+        )
+        algorithm = GRPO(engine)
+        metrics = algorithm.learn(batch)
+        # The same gradient without leaving anything out: every sample, advantages of the whole batch.
+        Learner(reference, pad_id=engine.pad_id).update(algorithm.samples(batch), algorithm.loss)
+        for trained, expected in zip(engine.model.parameters(), reference.parameters(), strict=True):
+            assert torch.allclose(cast(torch.Tensor, trained.grad), cast(torch.Tensor, expected.grad), atol=1e-6)
+    assert sum(seen) == 3  # the flat group's three rows were never scored
+    assert (metrics["groups_skipped"], engine.policy_version) == (1.0, 1)
+
+
+def test_a_batch_without_signal_changes_nothing() -> None:
+    with tiny_engine(seed=0) as engine:
+        samples = rows(engine.model.config.vocab_size, 4)
+        before = [p.detach().clone() for p in engine.model.parameters()]
+        metrics = GRPO(engine).learn(transitions(samples, [0.0] * 4, ["a", "a", "b", "b"]))
+        unchanged = all(torch.equal(p, q) for p, q in zip(engine.model.parameters(), before, strict=True))
+    assert (metrics["update_skipped"], metrics["groups_skipped"], engine.policy_version) == (1.0, 2.0, 0)
+    assert unchanged
