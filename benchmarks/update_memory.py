@@ -6,6 +6,7 @@ AdamW's first step, which allocates its state), and the new peak is read.
 
 - ``logprobs``: ``chunked`` makes the vocabulary-wide logits ``LOGPROB_CHUNK`` response tokens at a
   time (the default); ``whole`` makes them for a whole micro-batch at once (as before).
+- ``recompute``: activations recomputed in the backward pass (on by default for a model this size).
 - ``peak_gb``: the process's peak resident memory during the update (model and optimizer included).
 - ``update_gb``: that peak less the resident memory just before the update.
 - ``loss``: the update's loss, the same whichever way logprobs are made.
@@ -24,9 +25,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-CONFIGURATIONS = [("whole", 4096), ("whole", 1024), ("chunked", 4096), ("chunked", 1024)]
+CONFIGURATIONS = [("whole", "off", 4096), ("chunked", "off", 4096), ("chunked", "on", 4096), ("chunked", "on", 1024)]
+"""The first is the update as it was before chunking; the third is today's defaults."""
 TRANSITIONS, TOKENS = 16, 4002
-COLUMNS = ("logprobs", "token_budget", "peak_gb", "update_gb", "update_s", "loss")
+COLUMNS = ("logprobs", "recompute", "token_budget", "peak_gb", "update_gb", "update_s", "loss")
 
 
 def _resident_gb(field: str) -> float:
@@ -36,7 +38,7 @@ def _resident_gb(field: str) -> float:
     raise RuntimeError(f"/proc/self/status has no {field}")
 
 
-def measure(logprobs: str, token_budget: int) -> dict[str, Any]:
+def measure(logprobs: str, recompute: str, token_budget: int) -> dict[str, Any]:
     """One update in this process; returns its figures."""
     import torch
 
@@ -44,6 +46,7 @@ def measure(logprobs: str, token_budget: int) -> dict[str, Any]:
     from relight_torch.engine import TorchEngine
     from relight_torch.grpo import GRPO
     from relight_torch.models import smollm2
+    from relight_torch.packing import LOGPROB_CHUNK
 
     torch.manual_seed(0)
     engine = TorchEngine.from_pretrained(smollm2())
@@ -64,7 +67,12 @@ def measure(logprobs: str, token_budget: int) -> dict[str, Any]:
         )
         for i in range(TRANSITIONS)
     ]
-    algorithm = GRPO(engine, token_budget=token_budget, logprob_chunk=None if logprobs == "whole" else 512)
+    algorithm = GRPO(
+        engine,
+        token_budget=token_budget,
+        logprob_chunk=None if logprobs == "whole" else LOGPROB_CHUNK,
+        recompute_activations=recompute == "on",
+    )
     Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current resident set
     before = _resident_gb("VmRSS")
     began = time.perf_counter()
@@ -73,6 +81,7 @@ def measure(logprobs: str, token_budget: int) -> dict[str, Any]:
         "benchmark": "update_memory",
         "model": "SmolLM2-135M-Instruct",
         "logprobs": logprobs,
+        "recompute": recompute,
         "token_budget": token_budget,
         "transitions": TRANSITIONS,
         "tokens": TOKENS,
@@ -87,14 +96,14 @@ def measure(logprobs: str, token_budget: int) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
-    parser.add_argument("--one", nargs=2, metavar=("LOGPROBS", "TOKEN_BUDGET"), help=argparse.SUPPRESS)
+    parser.add_argument("--one", nargs=3, metavar=("LOGPROBS", "RECOMPUTE", "TOKEN_BUDGET"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(measure(args.one[0], int(args.one[1]))))
+        print(json.dumps(measure(args.one[0], args.one[1], int(args.one[2]))))
         return
     results = []
-    for logprobs, budget in CONFIGURATIONS:
-        command = [sys.executable, __file__, "--one", logprobs, str(budget)]
+    for logprobs, recompute, budget in CONFIGURATIONS:
+        command = [sys.executable, __file__, "--one", logprobs, recompute, str(budget)]
         output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
         results.append(json.loads(output.strip().splitlines()[-1]))
         if args.json:
@@ -105,7 +114,7 @@ def main() -> None:
 
         table = Table(title=f"one GRPO update: SmolLM2-135M, {TRANSITIONS} transitions, {TOKENS} tokens")
         for column in COLUMNS:
-            table.add_column(column, justify="left" if column == "logprobs" else "right")
+            table.add_column(column, justify="left" if column in ("logprobs", "recompute") else "right")
         for row in results:
             table.add_row(*(f"{row[c]:.6g}" if isinstance(row[c], float) else str(row[c]) for c in COLUMNS))
         Console().print(table)

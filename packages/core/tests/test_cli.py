@@ -1,6 +1,7 @@
 """The ``relight`` command line, run as ``main(argv)`` on a real SQLite store, and ``store serve`` as a process."""
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -191,3 +192,81 @@ def test_store_serve_shares_a_store_until_terminated(
         assert "ro-good" in out
         server.send_signal(signal.SIGTERM)
         assert server.wait(SETTLE) == 0
+
+
+def test_every_listing_prints_json_that_parses_back(
+    rollouts: list[Rollout], store_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, out, _ = run(["rollouts", "--store", store_url, "--json"], capsys)
+    listed = {row["rollout_id"]: row for row in map(json.loads, out.splitlines())}
+    assert set(listed) == {"ro-good", "ro-bad", "ro-later"}
+    assert (listed["ro-good"]["reward"], listed["ro-good"]["status"]) == (1.5, "succeeded")
+    assert listed["ro-bad"]["error"].startswith("Traceback (most recent call last):")
+    _, out, _ = run(["stats", "--store", store_url, "--json"], capsys)
+    assert json.loads(out)["spans"] == 4
+    _, out, _ = run(["show", "ro-good", "--store", store_url, "--json"], capsys)
+    shown = json.loads(out)
+    assert shown["rollout"]["rollout_id"] == "ro-good"
+    assert len(shown["attempts"]) == 1
+    assert {span["name"] for span in shown["spans"]} >= {"agent planner", "chat tiny"}
+
+
+def test_piped_output_never_cuts_ids_or_errors(
+    store_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "40")
+    long_id = "ro-" + "9299" * 12
+    error = "RuntimeError: upstream failure (engine answered 502): " + "the model server went away " * 4
+
+    async def fill() -> None:
+        store = SqliteStore.from_url(store_url)
+        await store.enqueue([RolloutRequest(input="x", max_attempts=1, rollout_id=long_id)])
+        claimed = await store.claim("w")
+        assert claimed is not None
+        await store.finish_attempt(long_id, claimed[1].attempt_id, AttemptStatus.FAILED, error=error)
+        await store.close()
+
+    asyncio.run(fill())
+    _, out, _ = run(["rollouts", "--store", store_url], capsys)
+    assert long_id in out
+    assert error.strip() in out
+    _, out, _ = run(["show", long_id, "--store", store_url], capsys)
+    assert error.strip() in out
+
+
+def test_show_text_prints_what_the_model_was_asked_and_answered(
+    store_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    asked = [{"role": "system", "content": "Write SQL."}, {"role": "user", "content": "How many users signed up?"}]
+    answered = [{"role": "assistant", "content": "SELECT count(*) FROM users;"}]
+
+    async def fill() -> None:
+        store = SqliteStore.from_url(store_url)
+        await store.enqueue([RolloutRequest(input="q", rollout_id="ro-sql")])
+        claimed = await store.claim("w")
+        assert claimed is not None
+        attributes = {
+            semconv.SPAN_KIND: "llm",
+            semconv.GEN_AI_INPUT_MESSAGES: json.dumps(asked),
+            semconv.GEN_AI_OUTPUT_MESSAGES: json.dumps(answered),
+        }
+        role = {semconv.SPAN_KIND: "role", semconv.ROLE: "write_query"}
+        await store.add_spans(
+            [
+                make_span("ro-sql", claimed[1].attempt_id, "s1", name="agent write_query", attributes=role),
+                make_span("ro-sql", claimed[1].attempt_id, "s2", name="chat", attributes=attributes).model_copy(
+                    update={"parent_id": "s1"}
+                ),
+            ]
+        )
+        await store.finish_attempt("ro-sql", claimed[1].attempt_id, AttemptStatus.SUCCEEDED)
+        await store.close()
+
+    asyncio.run(fill())
+    status, out, _ = run(["show", "ro-sql", "--store", store_url, "--text"], capsys)
+    assert status == 0
+    lines = out.splitlines()
+    assert "── call 1  role write_query  (chat)" in lines
+    assert "system: Write SQL." in lines
+    assert "user: How many users signed up?" in lines
+    assert "answer: SELECT count(*) FROM users;" in lines

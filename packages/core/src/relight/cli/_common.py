@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
+
+from rich.console import Console
 
 from relight.errors import ConfigError
 from relight.plugins import open_store
@@ -48,6 +51,22 @@ def with_store(args: argparse.Namespace, use: Callable[[Store], Awaitable[T]]) -
             await store.close()
 
     return asyncio.run(run())
+
+
+def add_json_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print JSON (one object per line) for scripts")
+
+
+def output_console() -> Console:
+    """The console for a command's output. Piped or redirected it is as wide as the content, so ids and
+    errors are never cut or wrapped (a script greps whole ids); on a terminal it fits the terminal."""
+    console = Console()
+    return console if console.is_terminal else Console(width=1_000_000)
+
+
+def print_json(value: object) -> None:
+    """One JSON object on its own line of standard output, whole."""
+    print(json.dumps(value, ensure_ascii=False, default=str), flush=True)
 
 
 def format_reward(reward: float | None) -> str:

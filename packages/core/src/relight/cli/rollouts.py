@@ -5,19 +5,22 @@ from __future__ import annotations
 import argparse
 import json
 
-from rich.console import Console
 from rich.table import Table
 from rich.tree import Tree
 
 from relight import semconv
 from relight.cli._common import (
     AddCommand,
+    add_json_option,
     add_store_option,
     format_reward,
+    output_console,
+    print_json,
     styled_status,
     with_store,
 )
 from relight.cli._verdicts import add_builder_options, builder_from, verdict_tree
+from relight.cli.conversation import print_conversations
 from relight.models import Attempt, Mode, Rollout, RolloutStatus, Span
 from relight.store import Store
 from relight.transitions import episode_return, last_attempt_spans
@@ -36,6 +39,7 @@ def register(add_command: AddCommand) -> None:
     listing.add_argument("--group", metavar="GROUP_ID", help="only rollouts of this group (task)")
     listing.add_argument("--limit", type=int, default=50, metavar="N", help="show at most N (default: 50)")
     listing.add_argument("--offset", type=int, default=0, metavar="N", help="skip the first N")
+    add_json_option(listing)
     listing.set_defaults(run=list_rollouts)
 
     show = add_command(
@@ -48,6 +52,8 @@ def register(add_command: AddCommand) -> None:
     show.add_argument("rollout_id", metavar="ROLLOUT_ID")
     add_store_option(show)
     add_builder_options(show)
+    add_json_option(show)
+    show.add_argument("--text", action="store_true", help="print each LLM call's messages and response in full")
     show.set_defaults(run=show_rollout)
 
 
@@ -59,6 +65,12 @@ def list_rollouts(args: argparse.Namespace) -> int:
         return [(rollout, episode_return(await last_attempt_spans(store, rollout.rollout_id))) for rollout in rollouts]
 
     rows = with_store(args, read)
+    if args.json:
+        for rollout, reward in rows:
+            print_json({**rollout.model_dump(mode="json"), "reward": reward})
+        return 0
+    console = output_console()
+    full = not console.is_terminal
     table = Table(title=f"{len(rows)} rollout(s)", title_justify="left")
     table.add_column("id", no_wrap=True)
     table.add_column("status", no_wrap=True)
@@ -75,9 +87,9 @@ def list_rollouts(args: argparse.Namespace) -> int:
             rollout.group_id,
             f"{rollout.attempt_count}/{rollout.max_attempts}",
             format_reward(reward),
-            _gist(rollout.error),
+            _gist(rollout.error, full=full),
         )
-    Console().print(table)
+    console.print(table)
     return 0
 
 
@@ -87,18 +99,32 @@ def show_rollout(args: argparse.Namespace) -> int:
         return rollout, await store.list_attempts(rollout.rollout_id), await store.query_spans(rollout.rollout_id)
 
     rollout, attempts, spans = with_store(args, read)
-    Console().print(rollout_tree(rollout, attempts, spans))
-    Console().print(verdict_tree(builder_from(args).explain_spans(rollout, attempts, spans)))
+    if args.json:
+        print_json(
+            {
+                "rollout": rollout.model_dump(mode="json"),
+                "attempts": [attempt.model_dump(mode="json") for attempt in attempts],
+                "spans": [span.model_dump(mode="json") for span in spans],
+            }
+        )
+        return 0
+    console = output_console()
+    if args.text:
+        print_conversations(console, attempts, spans)
+    else:
+        console.print(rollout_tree(rollout, attempts, spans, full=not console.is_terminal))
+    console.print(verdict_tree(builder_from(args).explain_spans(rollout, attempts, spans)))
     return 0
 
 
-def rollout_tree(rollout: Rollout, attempts: list[Attempt], spans: list[Span]) -> Tree:
-    """A rollout, its attempts, and each attempt's spans nested under their parents."""
+def rollout_tree(rollout: Rollout, attempts: list[Attempt], spans: list[Span], *, full: bool = False) -> Tree:
+    """A rollout, its attempts, and each attempt's spans nested under their parents (``full``: texts uncut)."""
     tree = Tree(
         f"[bold]rollout {rollout.rollout_id}[/]  {styled_status(rollout.status.value)}  {rollout.mode.value}  "
         f"group {rollout.group_id}  reward {format_reward(_reward_of_last(attempts, spans))}"
     )
-    tree.add(f"[dim]input[/] {_short(json.dumps(rollout.input, ensure_ascii=False))}")
+    text = json.dumps(rollout.input, ensure_ascii=False)
+    tree.add(f"[dim]input[/] {text if full else _short(text)}")
     by_attempt: dict[str, list[Span]] = {}
     for span in spans:
         by_attempt.setdefault(span.attempt_id, []).append(span)
@@ -106,11 +132,12 @@ def rollout_tree(rollout: Rollout, attempts: list[Attempt], spans: list[Span]) -
         took = f"{attempt.finished_at - attempt.started_at:.2f} s" if attempt.finished_at is not None else "running"
         branch = tree.add(
             f"[bold]attempt {attempt.number}[/] {attempt.attempt_id}  {styled_status(attempt.status.value)}  "
-            f"worker {attempt.worker_id}  {took}" + (f"  [red]{_gist(attempt.error)}[/]" if attempt.error else "")
+            f"worker {attempt.worker_id}  {took}"
+            + (f"  [red]{_gist(attempt.error, full=full)}[/]" if attempt.error else "")
         )
-        _add_spans(branch, by_attempt.pop(attempt.attempt_id, []))
+        _add_spans(branch, by_attempt.pop(attempt.attempt_id, []), full)
     for attempt_id, orphans in by_attempt.items():
-        _add_spans(tree.add(f"[bold]spans of {attempt_id}[/] [dim](no such attempt)[/]"), orphans)
+        _add_spans(tree.add(f"[bold]spans of {attempt_id}[/] [dim](no such attempt)[/]"), orphans, full)
     return tree
 
 
@@ -120,7 +147,7 @@ def _reward_of_last(attempts: list[Attempt], spans: list[Span]) -> float | None:
     return episode_return(span for span in spans if span.attempt_id == attempts[-1].attempt_id)
 
 
-def _add_spans(branch: Tree, spans: list[Span]) -> None:
+def _add_spans(branch: Tree, spans: list[Span], full: bool) -> None:
     ids = {span.span_id for span in spans}
     children: dict[str | None, list[Span]] = {}
     for span in spans:
@@ -128,12 +155,12 @@ def _add_spans(branch: Tree, spans: list[Span]) -> None:
 
     def add(parent: Tree, parent_id: str | None) -> None:
         for span in children.get(parent_id, []):
-            add(parent.add(span_label(span)), span.span_id)
+            add(parent.add(span_label(span, full=full)), span.span_id)
 
     add(branch, None)
 
 
-def span_label(span: Span) -> str:
+def span_label(span: Span, *, full: bool = False) -> str:
     """One line about a span: name, kind and what RL cares about (role, reward, tokens, time, error)."""
     attributes = span.attributes
     parts = [f"{span.name} [cyan]\\[{span.kind.value}][/]"]
@@ -147,7 +174,7 @@ def span_label(span: Span) -> str:
         parts.append(f"tokens {prompt if prompt is not None else '?'}→{response if response is not None else '?'}")
     parts.append(f"[dim]{(span.end_time - span.start_time) / 1e6:.1f} ms[/]")
     if span.status_code == "ERROR":
-        parts.append(f"[red]error {_gist(span.status_message) or ''}[/]")
+        parts.append(f"[red]error {_gist(span.status_message, full=full) or ''}[/]")
     return "  ".join(parts)
 
 
@@ -159,10 +186,12 @@ def _token_count(span: Span, usage_key: str, ids_key: str) -> int | None:
     return len(ids) if isinstance(ids, list) else None
 
 
-def _gist(error: str | None) -> str:
-    """The last line of an error: for a traceback, the line that says what went wrong."""
+def _gist(error: str | None, *, full: bool = False) -> str:
+    """The last line of an error: for a traceback, the line that says what went wrong (cut unless ``full``)."""
     lines = (error or "").strip().splitlines()
-    return _short(lines[-1]) if lines else ""
+    if not lines:
+        return ""
+    return lines[-1] if full else _short(lines[-1])
 
 
 def _short(text: str, limit: int = 80) -> str:

@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import argparse
 
-from rich.console import Console
 from rich.table import Table
 
-from relight.cli._common import AddCommand, add_store_option, styled_status, with_store
+from relight.cli._common import (
+    AddCommand,
+    add_json_option,
+    add_store_option,
+    output_console,
+    print_json,
+    styled_status,
+    with_store,
+)
 from relight.models import StoreStats
 from relight.store import Store
 
@@ -19,6 +26,7 @@ def register(add_command: AddCommand) -> None:
         description="Count a store's rollouts and attempts by status, its spans and its resources versions.",
     )
     add_store_option(parser)
+    add_json_option(parser)
     parser.set_defaults(run=show_stats)
 
 
@@ -27,7 +35,10 @@ def show_stats(args: argparse.Namespace) -> int:
         return await store.stats()
 
     stats = with_store(args, read)
-    console = Console()
+    if args.json:
+        print_json(stats.model_dump(mode="json"))
+        return 0
+    console = output_console()
     for title, counts in (("rollouts", stats.rollouts_by_status), ("attempts", stats.attempts_by_status)):
         table = Table(title=f"{title}: {sum(counts.values())}", title_justify="left")
         table.add_column("status")
