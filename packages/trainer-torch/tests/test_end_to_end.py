@@ -50,7 +50,7 @@ async def test_transitions_carry_exactly_what_the_engine_sampled(tmp_path: Path)
         engine.close()
 
     versions = [0] + [int(row["policy_version"]) for row in history]
-    for row, before, after in zip(history, versions[:-1], versions[1:], strict=True):  # a step without signal is skipped
+    for row, before, after in zip(history, versions[:-1], versions[1:], strict=True):  # steps without signal: skipped
         assert after - before == (row["groups_no_signal"] < row["groups"])
     sampled = {(tuple(g.prompt_token_ids), tuple(g.response_token_ids)): g for g in engine.generations}
     transitions = [t for batch in batches for t in batch]
