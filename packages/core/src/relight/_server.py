@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Coroutine
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import uvicorn
 
 __all__ = ["CLIENT_KEEP_ALIVE_SECONDS", "SERVER_KEEP_ALIVE_SECONDS", "AsgiServer"]
+
+T = TypeVar("T")
 
 SERVER_KEEP_ALIVE_SECONDS = 75
 """How long relight's servers keep an idle connection open (uvicorn's default is 5 s)."""
@@ -104,6 +107,13 @@ class AsgiServer:
         if failure:
             raise failure[0]
         return self
+
+    def call(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run ``coroutine`` on the loop of a server served with ``with`` (its thread's), and return its result."""
+        if self._thread_loop is None:
+            coroutine.close()
+            raise RuntimeError("call() needs a server served on a thread of its own (with `with`)")
+        return asyncio.run_coroutine_threadsafe(coroutine, self._thread_loop).result()
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None

@@ -14,7 +14,22 @@ from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import JsonValue
 
-__all__ = ["Engine", "Generation", "GenerationRequest", "SamplingParams"]
+__all__ = ["Engine", "EngineRequestError", "Generation", "GenerationRequest", "SamplingParams", "TokenLogprob"]
+
+
+class EngineRequestError(ValueError):
+    """A request the engine cannot serve as asked: a bad field, an option it lacks, a model it does not serve.
+
+    The gateway answers it with ``status_code`` (400; 404 for an unknown model, as vLLM does) in
+    OpenAI's error shape, naming ``param``: the client's mistake, which retrying would repeat.
+    Any other exception from an engine is the engine's failure (502).
+    """
+
+    def __init__(self, message: str, *, param: str | None = None, status_code: int = 400) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.status_code = status_code
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +54,22 @@ class GenerationRequest:
     tools: Sequence[Mapping[str, JsonValue]] | None = None
     """OpenAI-style tool definitions, for chat templates that render them."""
     sampling: SamplingParams = field(default_factory=SamplingParams)
+    tool_choice: JsonValue = None
+    """OpenAI's ``tool_choice``: ``"auto"`` (or None), ``"none"``, ``"required"`` or a named function."""
+    response_format: Mapping[str, JsonValue] | None = None
+    """OpenAI's ``response_format`` (``text``, ``json_object``, ``json_schema``)."""
+    top_logprobs: int = 0
+    """How many most likely tokens to report at each position (chat ``top_logprobs``, completions ``logprobs``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """One token as OpenAI's logprobs show it: its text, its UTF-8 bytes, its log-probability."""
+
+    token: str
+    token_id: int
+    bytes: list[int]
+    logprob: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +90,10 @@ class Generation:
     """``[(first_token, version), …]`` when more than one version sampled the response; None otherwise."""
     tool_calls: list[dict[str, JsonValue]] | None = None
     """OpenAI-style ``tool_calls`` entries (``{"id", "type": "function", "function": {"name", "arguments"}}``)."""
+    tokens: list[TokenLogprob] | None = None
+    """The sampled tokens with their text and bytes, where the engine can tell them (else ids stand in)."""
+    top_logprobs: list[list[TokenLogprob]] | None = None
+    """For each response token, the request's ``top_logprobs`` most likely tokens at that position."""
 
 
 @runtime_checkable

@@ -20,8 +20,11 @@ sampled which tokens (``[(first_token, version), …]``, set only when there is 
 
 Logprobs are those of the model at temperature 1, computed exactly as
 :func:`relight_torch.packing.response_logprobs` computes them for training, whatever the request's
-temperature or top-p. Tool calls are parsed from hermes-style ``<tool_call>`` blocks
-(:mod:`relight_torch.toolcalls`) when the request offers tools.
+temperature, top-p or grammar. Tool calls are parsed from hermes-style ``<tool_call>`` blocks
+(:mod:`relight_torch.toolcalls`) when the request offers tools; forced tool calls and JSON output
+are decoded under a grammar (:mod:`relight_torch.constrain`). A request the engine cannot serve as
+asked (an unknown model, a template that cannot render it, an option it cannot honour) raises
+:class:`relight.engine.EngineRequestError`, which the gateway answers with a 4xx.
 """
 
 from __future__ import annotations
@@ -39,8 +42,9 @@ from typing import Any, Literal
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
-from relight.engine import Generation, GenerationRequest, SamplingParams
+from relight.engine import EngineRequestError, Generation, GenerationRequest, SamplingParams
 from relight_torch.chat import render
+from relight_torch.constrain import Decoding, parses_tool_calls
 from relight_torch.packing import left_pad, positions
 from relight_torch.toolcalls import parse_tool_calls
 
@@ -63,6 +67,8 @@ class Sampled:
     """The version that sampled the first token (the oldest)."""
     segments: list[tuple[int, int]] | None = None
     """``[(first_token, version), …]`` when an update landed mid-call; None when one version sampled it all."""
+    top: list[list[tuple[int, float]]] = field(default_factory=list[list[tuple[int, float]]])
+    """The most likely ``(token id, logprob)`` pairs at each position, when the request asked for them."""
 
 
 @dataclass(eq=False)
@@ -74,6 +80,10 @@ class _Row:
     max_new_tokens: int
     future: Future[Sampled]
     generator: torch.Generator | None = None
+    matcher: Any = None
+    """An xgrammar matcher constraining what may be sampled, or None."""
+    top_logprobs: int = 0
+    top: list[list[tuple[int, float]]] = field(default_factory=list[list[tuple[int, float]]])
     response_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     finish: Literal["stop", "length"] | None = None
@@ -119,6 +129,7 @@ class TorchEngine:
         pad = tokenizer.pad_token_id
         self.pad_id: int = pad if pad is not None else tokenizer.eos_token_id  # type: ignore[assignment]
         self._eos_ids = _eos_ids(model, tokenizer)
+        self.decoding = Decoding(tokenizer, model.config.vocab_size, self._eos_ids)
         self.generator = torch.Generator().manual_seed(seed)
         """Samples for requests that bring no seed; checkpoints keep its state."""
         self._weights = _Gate()
@@ -145,15 +156,26 @@ class TorchEngine:
         return [self.name]
 
     async def generate(self, request: GenerationRequest) -> Generation:
-        prompt_ids = self.prompt_ids(request)
-        future = self.submit(prompt_ids, request.sampling)
+        if request.model and request.model != self.name:
+            raise EngineRequestError(f"The model `{request.model}` does not exist.", param="model", status_code=404)
+        self.decoding.check(request)
+        try:
+            prompt_ids = self.prompt_ids(request)
+        except Exception as error:  # the template refused the messages: the request's fault
+            raise EngineRequestError(
+                f"the chat template cannot render the request: {error}", param="messages"
+            ) from error
+        future = self.submit(
+            prompt_ids, request.sampling, matcher=self.decoding.matcher(request), top_logprobs=request.top_logprobs
+        )
         sampled = await asyncio.wrap_future(future)
         text = _cut_at_stop(self._decode(sampled.response_ids), request.sampling.stop)
         tool_calls = None
-        if request.tools:
+        if parses_tool_calls(request):
             text, calls = parse_tool_calls(text)
             tool_calls = calls or None
         finish_reason: Literal["stop", "length", "tool_calls"] = "tool_calls" if tool_calls else sampled.finish
+        token = self.decoding.token
         return Generation(
             text=text,
             prompt_token_ids=prompt_ids,
@@ -164,6 +186,8 @@ class TorchEngine:
             policy_version=sampled.policy_version,
             policy_version_segments=sampled.segments,
             tool_calls=tool_calls,
+            tokens=[token(t, lp) for t, lp in zip(sampled.response_ids, sampled.logprobs, strict=True)],
+            top_logprobs=[[token(t, lp) for t, lp in step] for step in sampled.top] if request.top_logprobs else None,
         )
 
     # -- lower level -----------------------------------------------------------------------------
@@ -176,8 +200,14 @@ class TorchEngine:
             return list(self.tokenizer.encode(request.prompt))
         raise ValueError("a generation request needs messages or a prompt; it had neither")
 
-    def submit(self, prompt_ids: list[int], sampling: SamplingParams) -> Future[Sampled]:
-        """Queue a tokenized prompt for the next batch; raises ValueError naming a bad field."""
+    def submit(
+        self, prompt_ids: list[int], sampling: SamplingParams, *, matcher: Any = None, top_logprobs: int = 0
+    ) -> Future[Sampled]:
+        """Queue a tokenized prompt for the next batch; raises ValueError naming a bad field.
+
+        ``matcher`` (an xgrammar matcher) constrains what is sampled; ``top_logprobs`` asks for the
+        most likely tokens at each position.
+        """
         room = self.context_length - len(prompt_ids)
         if room < 1:
             raise ValueError(
@@ -199,6 +229,8 @@ class TorchEngine:
             max_new_tokens=sampling.max_tokens or min(room, self.default_max_tokens or room),
             future=Future(),
             generator=torch.Generator().manual_seed(sampling.seed) if sampling.seed is not None else None,
+            matcher=matcher,
+            top_logprobs=top_logprobs,
         )
         self._ensure_worker()
         self._queue.put(row)
@@ -276,7 +308,9 @@ class TorchEngine:
         for row in rows:
             segments = row.segments if len(row.segments) > 1 else None
             finish = row.finish or "length"
-            row.future.set_result(Sampled(row.response_ids, row.logprobs, finish, row.segments[0][1], segments))
+            row.future.set_result(
+                Sampled(row.response_ids, row.logprobs, finish, row.segments[0][1], segments, row.top)
+            )
 
     def _sample(self, rows: list[_Row]) -> None:
         """Sample the batch one forward pass at a time, each under the weights lock (see the module's docstring)."""
@@ -313,7 +347,9 @@ class TorchEngine:
                         use_cache=True,
                     )
                     next_position = next_position + 1
-                tokens, logprobs = self._next_tokens(output.logits[:, -1].float(), active)
+                logits = output.logits[:, -1].float()
+                tokens, logprobs = self._next_tokens(logits, active)
+                _note_top_logprobs(logits, active)
             steps = zip(active, tokens.tolist(), logprobs.tolist(), strict=True)
             keep = [i for i, (row, token, logprob) in enumerate(steps) if self._extend(row, token, logprob)]
             if not keep:
@@ -325,15 +361,16 @@ class TorchEngine:
                 active = [active[i] for i in keep]
 
     def _next_tokens(self, logits: torch.Tensor, rows: Sequence[_Row]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Each row's next token, and its logprob at temperature 1."""
+        """Each row's next token (within its grammar, if any), and its logprob at temperature 1."""
         logprobs = torch.log_softmax(logits, dim=-1)
-        chosen = logprobs.argmax(dim=-1)
+        allowed = self.decoding.constrain(logits, [row.matcher for row in rows])
+        chosen = allowed.argmax(dim=-1)
         sampled = [i for i, row in enumerate(rows) if row.sampling.temperature > 0]
         if sampled:
             index = torch.tensor(sampled, device=logits.device)
             temperature = torch.tensor([rows[i].sampling.temperature for i in sampled], device=logits.device)
             top_p = torch.tensor([rows[i].sampling.top_p for i in sampled], device=logits.device)
-            probs = _nucleus(torch.softmax(logits[index] / temperature.unsqueeze(1), dim=-1), top_p)
+            probs = _nucleus(torch.softmax(allowed[index] / temperature.unsqueeze(1), dim=-1), top_p)
             shared = [j for j, i in enumerate(sampled) if rows[i].generator is None]
             if shared:
                 picks = torch.multinomial(probs[shared].cpu(), 1, generator=self.generator).squeeze(1)
@@ -348,6 +385,8 @@ class TorchEngine:
         """Add a sampled token to its row; False once the row has finished."""
         row.response_ids.append(token)
         row.logprobs.append(logprob)
+        if row.matcher is not None and not row.matcher.is_terminated():
+            row.matcher.accept_token(token)
         if token in self._eos_ids or (row.sampling.stop and self._has_stop(row)):
             row.finish = "stop"
         elif len(row.response_ids) >= row.max_new_tokens:
@@ -398,6 +437,17 @@ class _Gate:
         with self.condition:
             self._held = False
             self.condition.notify_all()
+
+
+def _note_top_logprobs(logits: torch.Tensor, rows: Sequence[_Row]) -> None:
+    """Add each row's most likely ``(token id, logprob)`` pairs at this position, if it asked for them."""
+    wanted = max(row.top_logprobs for row in rows)
+    if not wanted:
+        return
+    values, indices = torch.log_softmax(logits, dim=-1).topk(wanted, dim=-1)
+    for row, row_values, row_indices in zip(rows, values.tolist(), indices.tolist(), strict=True):
+        if row.top_logprobs:
+            row.top.append(list(zip(row_indices[: row.top_logprobs], row_values[: row.top_logprobs], strict=True)))
 
 
 def _nucleus(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:

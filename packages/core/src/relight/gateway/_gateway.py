@@ -23,7 +23,7 @@ from relight.batcher import SpanBatcher, SpansLostError
 from relight.context import AttemptRef
 from relight.gateway.errors import GatewayError, UpstreamError
 from relight.gateway.record import Exchange, TraceParent, random_hex
-from relight.gateway.retokenize import Retokenizer
+from relight.gateway.retokenize import HuggingFaceRetokenizer, Retokenizer
 from relight.gateway.sessions import SessionChecker, api_key_for, attempt_of_request
 from relight.gateway.upstreams import Endpoint, Upstream, UpstreamPool, as_upstream
 from relight.gateway.validate import check_messages, check_sampling
@@ -59,8 +59,10 @@ class Gateway(AsgiServer):
         store: where LLM spans go, and where attempts are checked before their first call.
         upstreams: the policy's replicas: in-process engines, OpenAI-compatible base URLs or
             :class:`~relight.gateway.upstreams.Upstream` objects.
-        retokenizer: makes token ids for calls whose upstream returned none; without one such
-            calls are recorded without ids and counted as untrainable.
+        retokenizer: makes token ids for calls whose upstream returned none. Without one, the
+            served model's own tokenizer is used where transformers finds it on this machine (the
+            model name is a local folder or in the Hugging Face cache); else such calls are
+            recorded without ids and counted as untrainable.
         policy_version: recorded on each span unless the upstream reports its own; the trainer
             sets :attr:`policy_version` after each update.
         max_body_bytes: larger requests are refused with 413.
@@ -99,6 +101,8 @@ class Gateway(AsgiServer):
         self._in_flight = 0
         self._held = 0
         self._unrecorded: list[Exchange] = []
+        self._local_tokenizers: dict[str, Retokenizer | None] = {}
+        self._no_tokenizer: dict[str, str] = {}
         super().__init__(create_app(self), host=host, port=port)
 
     # -- life -------------------------------------------------------------------------------------
@@ -297,15 +301,16 @@ class Gateway(AsgiServer):
 
     def _failed(self, exchange: Exchange, error: Exception, *, record: bool = True) -> GatewayError:
         """Note the failure on the exchange (recording it unless told not to) and say what the client gets."""
+        param = None
         if isinstance(error, UpstreamError):
-            status, reason = error.status_code, error.message
+            status, reason, param = error.status_code, error.message, error.param
         else:
             status, reason = None, f"the upstream's answer was malformed: {error!r}"
         exchange.fail(reason, error_type="upstream_error" if status is None else str(status), upstream_status=status)
         if record:
             self._record(exchange)
         if status is not None and 400 <= status < 500:
-            return GatewayError(status, reason)
+            return GatewayError(status, reason, param=param)
         where = f"{exchange.upstream} answered {status}" if status is not None else exchange.upstream
         return GatewayError(502, f"upstream failure ({where}): {reason}", code="upstream_error")
 
@@ -337,21 +342,44 @@ class Gateway(AsgiServer):
         self._batcher.submit_many([exchange.to_span() for exchange in exchanges])
 
     def _fill_token_ids(self, exchange: Exchange) -> None:
-        if self.retokenizer is not None:
+        retokenizer, reason = self._retokenizer_for(exchange)
+        if retokenizer is not None:
             try:
-                exchange.retokenize(self.retokenizer)
+                exchange.retokenize(retokenizer)
                 self.stats.retokenized += 1
                 return
-            except Exception:
-                logger.exception("relight: retokenizing call %s failed", exchange.response_id)
+            except Exception as error:
+                reason = f"retokenizing failed: {error!r}"
         self.stats.untrainable += 1
-        if self.stats.untrainable == 1:
+        if _is_power_of_ten(self.stats.untrainable):  # the 1st, 10th, 100th…: seen, never flooding
             logger.warning(
-                "relight: upstream %s returned no token ids (for %s) and no retokenizer is configured; such "
-                "calls are recorded but cannot be trained on, and counted in gateway.stats.untrainable",
-                exchange.upstream,
+                "relight: %d call(s) recorded without token ids so far, which cannot be trained on "
+                "(gateway.stats.untrainable); the latest, %s from upstream %s: %s",
+                self.stats.untrainable,
                 exchange.response_id,
+                exchange.upstream,
+                reason,
             )
+
+    def _retokenizer_for(self, exchange: Exchange) -> tuple[Retokenizer | None, str]:
+        """The configured retokenizer, else the served model's own tokenizer where it is on this machine."""
+        if self.retokenizer is not None:
+            return self.retokenizer, ""
+        model = exchange.model or str(exchange.request.get("model", ""))
+        if model not in self._local_tokenizers:
+            try:
+                self._local_tokenizers[model] = HuggingFaceRetokenizer.for_model(model)
+                logger.info("relight: calls to %s without token ids are retokenized with its local tokenizer", model)
+            except Exception as error:  # no transformers, no such local model: the call stays untrainable
+                self._local_tokenizers[model] = None
+                self._no_tokenizer[model] = f"no retokenizer is configured and none was found for {model!r} ({error})"
+        return self._local_tokenizers[model], self._no_tokenizer.get(model, "")
+
+
+def _is_power_of_ten(count: int) -> bool:
+    while count % 10 == 0:
+        count //= 10
+    return count == 1
 
 
 def validate_request(endpoint: Endpoint, body: Json) -> None:
@@ -379,9 +407,15 @@ def for_client(answer: Json, request: Json, response_id: str) -> Json | None:
     """
     choices: list[Json] = answer.get("choices") or []
     stream_options: Json = request.get("stream_options") or {}
-    if request.get("stream") and not choices and not stream_options.get("include_usage"):
+    wants_usage = not request.get("stream") or bool(stream_options.get("include_usage"))
+    if not choices and not wants_usage:
         return None
-    shaped = {key: value for key, value in answer.items() if key not in ("policy_version", "policy_version_segments")}
+    hidden = (
+        ("policy_version", "policy_version_segments")
+        if wants_usage
+        else ("policy_version", "policy_version_segments", "usage")
+    )
+    shaped = {key: value for key, value in answer.items() if key not in hidden}
     shaped["id"] = response_id
     keep_ids = bool(request.get("return_token_ids"))
     wants_logprobs = request.get("logprobs") not in (None, False)

@@ -23,9 +23,9 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 
-from relight.gateway import responses
+from relight.gateway import anthropic, responses
 from relight.gateway.errors import GatewayError, UpstreamError, error_body
-from relight.gateway.record import TraceParent
+from relight.gateway.record import TraceParent, random_hex
 from relight.gateway.sessions import attempt_of_request
 from relight.gateway.upstreams import Endpoint
 
@@ -52,6 +52,7 @@ def create_app(gateway: Gateway) -> FastAPI:
         ("/v1/completions", _completions, "POST"),
         ("/v1/models", _models, "GET"),
         ("/v1/responses", _responses, "POST"),
+        ("/v1/messages", _messages, "POST"),
     )
     # Plain Starlette routes: the handlers read the request themselves, so FastAPI's per-request
     # dependency solving would only add latency to every LLM call.
@@ -202,6 +203,46 @@ async def _responses(request: Request) -> Response:
             closing = translator.fail(error.message)
         for event in closing:
             yield responses.sse(event)
+
+    return await sse_response(events())
+
+
+async def _messages(request: Request) -> Response:
+    """Anthropic's Messages API, translated to a chat call by :mod:`relight.gateway.anthropic`; errors in its shape."""
+    try:
+        return await _serve_messages(request)
+    except GatewayError as error:
+        return json_response(anthropic.error_body(error.status_code, error.message), error.status_code)
+
+
+async def _serve_messages(request: Request) -> Response:
+    gateway = gateway_of(request)
+    if not request.headers.get("anthropic-version"):
+        raise GatewayError(400, "anthropic-version: header is required")
+    session = await gateway.session(request)
+    body = await read_json(request)
+    chat = anthropic.chat_request(body)
+    message_id = f"msg_{random_hex(24)}"
+    trace_parent = TraceParent.parse(request.headers.get("traceparent"))
+    if not chat.get("stream"):
+        answer = await gateway.complete(session, "chat", chat, response_id=message_id, trace_parent=trace_parent)
+        return json_response(anthropic.message_from_chat(answer, message_id))
+    chat["stream_options"] = {"include_usage": True}
+    translator = anthropic.MessageStream(str(chat["model"]), message_id)
+
+    async def events() -> AsyncIterator[bytes]:
+        chunks = gateway.stream(session, "chat", chat, response_id=message_id, trace_parent=trace_parent)
+        try:
+            async for chunk in chunks:
+                for event in translator.feed(chunk):
+                    yield anthropic.sse(event)
+        except GatewayError as error:
+            if not translator.started:
+                raise
+            yield anthropic.sse(anthropic.error_body(error.status_code, error.message))
+            return
+        for event in translator.finish():
+            yield anthropic.sse(event)
 
     return await sse_response(events())
 

@@ -31,12 +31,17 @@ class GatewayError(Exception):
 
 
 class UpstreamError(Exception):
-    """The model server failed: it answered with an error (``status_code``) or not at all (None)."""
+    """The model server failed: it answered with an error (``status_code``) or not at all (None).
 
-    def __init__(self, message: str, *, status_code: int | None = None) -> None:
+    A 4xx is the request's fault and reaches the client as that 4xx (naming ``param``); anything
+    else is the server's, and becomes a 502.
+    """
+
+    def __init__(self, message: str, *, status_code: int | None = None, param: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.status_code = status_code
+        self.param = param
 
 
 def error_body(status_code: int, message: str, *, param: str | None = None, code: str | None = None) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from pydantic import JsonValue
 
 from relight import semconv
 from relight.context import AttemptRef
-from relight.gateway.retokenize import Retokenizer, response_text
+from relight.gateway.retokenize import Retokenizer, end_of_turn, response_text
 from relight.gateway.upstreams import Endpoint
 from relight.models import Span, SpanKind
 
@@ -136,15 +136,28 @@ class Exchange:
         return self.prompt_token_ids is not None and self.response_token_ids is not None
 
     def retokenize(self, retokenizer: Retokenizer) -> None:
-        """Fill in token ids the upstream did not give, from the text; logprobs are dropped."""
+        """Fill in token ids the upstream did not give, from the text; logprobs are dropped.
+
+        A chat turn the model ended itself (``stop``, ``tool_calls``) gets the end-of-turn token it
+        sampled but no server shows in the text, so a trainer learns to stop. Usage then counts the
+        ids recorded, so that the span agrees with itself.
+        """
         calls = [self.tool_calls[i] for i in sorted(self.tool_calls)]
         if self.endpoint == "chat":
             self.prompt_token_ids = retokenizer.prompt_ids(self.request["messages"], self.request.get("tools"))
         else:
             self.prompt_token_ids = retokenizer.text_ids(str(self.request.get("prompt", "")))
-        self.response_token_ids = retokenizer.text_ids(response_text(self.content, calls))
+        response = retokenizer.text_ids(response_text(self.content, calls))
+        end = end_of_turn(retokenizer)
+        ended_itself = self.finish_reason == "tool_calls" or (
+            self.finish_reason == "stop" and not self.request.get("stop")
+        )
+        if self.endpoint == "chat" and ended_itself and end is not None:  # (with stop strings, a string may have)
+            response.append(end)
+        self.response_token_ids = response
         self.logprobs = None
         self.retokenized = True
+        self.usage = {"prompt_tokens": len(self.prompt_token_ids), "completion_tokens": len(response)}
 
     def to_span(self) -> Span:
         ended_ns = time.time_ns()
@@ -165,6 +178,7 @@ class Exchange:
             (semconv.GEN_AI_REQUEST_TEMPERATURE, "temperature"),
             (semconv.GEN_AI_REQUEST_TOP_P, "top_p"),
             (semconv.GEN_AI_REQUEST_MAX_TOKENS, "max_tokens"),
+            (semconv.GEN_AI_REQUEST_MAX_TOKENS, "max_completion_tokens"),  # the newer name wins
         ):
             if isinstance(self.request.get(name), int | float):
                 attributes[key] = self.request[name]

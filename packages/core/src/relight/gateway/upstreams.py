@@ -10,6 +10,7 @@ which one it talks to. :class:`UpstreamPool` keeps each rollout on one replica.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Generator, Sequence
@@ -19,7 +20,7 @@ from typing import Any, Literal, Protocol, cast, runtime_checkable
 import aiohttp
 
 from relight.algorithm import UpstreamTarget
-from relight.engine import Engine, Generation, GenerationRequest, SamplingParams
+from relight.engine import Engine, EngineRequestError, Generation, GenerationRequest, SamplingParams, TokenLogprob
 from relight.gateway.errors import UpstreamError
 
 __all__ = ["Endpoint", "EngineUpstream", "OpenAIUpstream", "Upstream", "UpstreamPool", "as_upstream"]
@@ -28,6 +29,8 @@ Endpoint = Literal["chat", "completions"]
 """``/v1/chat/completions`` or ``/v1/completions``."""
 
 Json = dict[str, Any]
+
+logger = logging.getLogger(__name__)
 
 _PATHS: dict[Endpoint, str] = {"chat": "/chat/completions", "completions": "/completions"}
 
@@ -64,8 +67,12 @@ class OpenAIUpstream:
     every LLM call, that is most of what the gateway adds.
 
     Args:
-        vllm: ask for vLLM's ``return_token_ids``, logprobs and streamed usage. Turn it off for
-            servers that reject unknown fields (hosted APIs); the gateway then retokenizes.
+        vllm: ask for vLLM's ``return_token_ids``, logprobs and streamed usage. ``None`` (the
+            default) finds out what the server takes: the first time it refuses one of these
+            fields (a 400 or 422 naming it, as ``transformers serve`` does) the call is sent again
+            without it, and it is never sent again; what the server gave (token ids, prompt ids,
+            logprobs) is logged once. ``True`` always asks and ``False`` never does (hosted APIs);
+            where no ids come back the gateway retokenizes.
         api_key: sent as the bearer token, for hosted APIs.
     """
 
@@ -73,7 +80,7 @@ class OpenAIUpstream:
         self,
         base_url: str,
         *,
-        vllm: bool = True,
+        vllm: bool | None = None,
         api_key: str | None = None,
         timeout: float = 600.0,
         max_connections: int = 1024,
@@ -84,6 +91,9 @@ class OpenAIUpstream:
         self.max_connections = max_connections
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._session: aiohttp.ClientSession | None = None
+        self.refused: set[str] = set()
+        """The vLLM fields this server refused (found out when ``vllm`` is None)."""
+        self._reported = False
 
     def _client(self) -> aiohttp.ClientSession:
         """The connection pool, made on first use so that it belongs to the loop that serves calls."""
@@ -98,34 +108,82 @@ class OpenAIUpstream:
         return self._session
 
     def _prepare(self, endpoint: Endpoint, body: Json) -> Json:
-        if not self.vllm:
+        if self.vllm is False:
             return body
-        prepared = {**body, "return_token_ids": True}
-        if endpoint == "chat":
-            prepared["logprobs"] = True
-        elif body.get("logprobs") is None:
-            prepared["logprobs"] = 0
-        if body.get("stream"):
+        prepared = dict(body)
+        refused = self.refused
+        if "return_token_ids" not in refused:
+            prepared["return_token_ids"] = True
+        if "logprobs" not in refused:
+            if endpoint == "chat":
+                prepared["logprobs"] = True
+            elif body.get("logprobs") is None:
+                prepared["logprobs"] = 0
+        if body.get("stream") and "stream_options" not in refused:
             prepared["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
         return prepared
 
+    def _adapted(self, status: int, content: bytes, body: Json, sent: Json) -> bool:
+        """Whether the server refused a field the gateway added (now never sent again), so the call can go again."""
+        if self.vllm is not None or status not in (400, 422):
+            return False
+        message = content.decode(errors="replace")
+        added = [
+            name for name in ("return_token_ids", "logprobs", "stream_options") if sent.get(name) != body.get(name)
+        ]
+        refused = [name for name in added if name in message]
+        if not refused:
+            return False
+        self.refused.update(refused)
+        logger.warning(
+            "relight: upstream %s refuses %s (%d: %s); calls go on without it, and spans without the ids it "
+            "would give are retokenized",
+            self.name,
+            ", ".join(refused),
+            status,
+            _error_message(content)[:300],
+        )
+        return True
+
+    def _report(self, answer: Json) -> None:
+        """Log once what the server gives, so that a user sees why spans are exact or retokenized."""
+        self._reported = True
+        choices: list[Json] = answer.get("choices") or [{}]
+        choice = choices[0]
+        found = {
+            "token ids": choice.get("token_ids") is not None,
+            "prompt ids": answer.get("prompt_token_ids") is not None or choice.get("prompt_token_ids") is not None,
+            "logprobs": bool(choice.get("logprobs")),
+        }
+        logger.info(
+            "relight: upstream %s gives %s",
+            self.name,
+            ", ".join(f"{name}: {'yes' if given else 'no'}" for name, given in found.items()),
+        )
+
     async def complete(self, endpoint: Endpoint, body: Json) -> Json:
         url = self.name + _PATHS[endpoint]
-        try:
-            async with self._client().post(url, json=self._prepare(endpoint, body)) as response:
-                content = await response.read()
-        except (aiohttp.ClientError, TimeoutError) as error:
-            raise UpstreamError(f"{self.name} did not answer: {_describe(error)}") from error
-        if response.status >= 400:
-            raise UpstreamError(_error_message(content), status_code=response.status)
-        return cast(Json, json.loads(content))
+        while True:
+            sent = self._prepare(endpoint, body)
+            try:
+                async with self._client().post(url, json=sent) as response:
+                    content = await response.read()
+            except (aiohttp.ClientError, TimeoutError) as error:
+                raise UpstreamError(f"{self.name} did not answer: {_describe(error)}") from error
+            if response.status < 400:
+                break
+            if not self._adapted(response.status, content, body, sent):
+                raise UpstreamError(_error_message(content), status_code=response.status)
+        answer = cast(Json, json.loads(content))
+        if not self._reported and self.vllm is not False:
+            self._report(answer)
+        return answer
 
     async def stream(self, endpoint: Endpoint, body: Json) -> AsyncIterator[Json]:
         url = self.name + _PATHS[endpoint]
         try:
-            async with self._client().post(url, json=self._prepare(endpoint, body)) as response:
-                if response.status >= 400:
-                    raise UpstreamError(_error_message(await response.read()), status_code=response.status)
+            response = await self._open_stream(url, endpoint, body)
+            async with response:
                 async for line in _lines(response.content):
                     if not line.startswith(b"data:"):
                         continue
@@ -135,9 +193,23 @@ class OpenAIUpstream:
                     chunk = cast(Json, json.loads(data))
                     if "error" in chunk:
                         raise UpstreamError(f"the stream broke off: {_error_message(data)}")
+                    if not self._reported and self.vllm is not False and chunk.get("choices"):
+                        self._report(chunk)
                     yield chunk
         except (aiohttp.ClientError, TimeoutError) as error:
             raise UpstreamError(f"{self.name} did not answer: {_describe(error)}") from error
+
+    async def _open_stream(self, url: str, endpoint: Endpoint, body: Json) -> aiohttp.ClientResponse:
+        """The streaming response, once the server accepts the request (adapting as :meth:`complete` does)."""
+        while True:
+            sent = self._prepare(endpoint, body)
+            response = await self._client().post(url, json=sent)
+            if response.status < 400:
+                return response
+            content = await response.read()
+            response.release()
+            if not self._adapted(response.status, content, body, sent):
+                raise UpstreamError(_error_message(content), status_code=response.status)
 
     async def models(self) -> list[str]:
         try:
@@ -178,6 +250,8 @@ class EngineUpstream:
         request = _generation_request(endpoint, body)
         try:
             generation = await self.engine.generate(request)
+        except EngineRequestError as error:
+            raise UpstreamError(error.message, status_code=error.status_code, param=error.param) from error
         except ValueError as error:  # the engine's contract for a request it cannot serve: the client's to fix
             raise UpstreamError(f"engine {self.name!r} refused the request: {error}", status_code=400) from error
         except Exception as error:
@@ -259,11 +333,21 @@ def _generation_request(endpoint: Endpoint, body: Json) -> GenerationRequest:
     )
     model = str(body.get("model", ""))
     if endpoint == "chat":
-        return GenerationRequest(model=model, messages=body["messages"], tools=body.get("tools"), sampling=sampling)
+        return GenerationRequest(
+            model=model,
+            messages=body["messages"],
+            tools=body.get("tools"),
+            sampling=sampling,
+            tool_choice=body.get("tool_choice"),
+            response_format=body.get("response_format"),
+            top_logprobs=int(body.get("top_logprobs") or 0) if body.get("logprobs") else 0,
+        )
     prompt = body.get("prompt")
     if not isinstance(prompt, str):
-        raise UpstreamError("an in-process engine takes a text prompt, not token ids", status_code=400)
-    return GenerationRequest(model=model, prompt=prompt, sampling=sampling)
+        raise UpstreamError("an in-process engine takes a text prompt, not token ids", status_code=400, param="prompt")
+    logprobs = body.get("logprobs")
+    top = logprobs if isinstance(logprobs, int) and not isinstance(logprobs, bool) else 0
+    return GenerationRequest(model=model, prompt=prompt, sampling=sampling, top_logprobs=top)
 
 
 def _engine_response(endpoint: Endpoint, generation: Generation) -> Json:
@@ -282,9 +366,9 @@ def _engine_response(endpoint: Endpoint, generation: Generation) -> Json:
         message: Json = {"role": "assistant", "content": generation.text or None}
         if generation.tool_calls:
             message["tool_calls"] = generation.tool_calls
-        content: list[Json] = [
-            {"token": f"token_id:{t}", "logprob": lp, "bytes": None, "top_logprobs": []}
-            for t, lp in zip(ids, logprobs, strict=True)
+        content = [
+            {**_chat_token(token), "top_logprobs": [_chat_token(top) for top in tops]}
+            for token, tops in zip(_tokens(generation), _tops(generation), strict=True)
         ]
         choice: Json = {"index": 0, "message": message, "logprobs": {"content": content}, "token_ids": ids}
         response |= {
@@ -293,8 +377,9 @@ def _engine_response(endpoint: Endpoint, generation: Generation) -> Json:
             "prompt_token_ids": generation.prompt_token_ids,
         }
     else:
-        tokens = [f"token_id:{t}" for t in ids]
-        completion_logprobs = {"tokens": tokens, "token_logprobs": logprobs, "top_logprobs": None, "text_offset": []}
+        tokens = [token.token for token in _tokens(generation)]
+        top = [{t.token: t.logprob for t in tops} for tops in _tops(generation)] if generation.top_logprobs else None
+        completion_logprobs = {"tokens": tokens, "token_logprobs": logprobs, "top_logprobs": top, "text_offset": []}
         choice = {
             "index": 0,
             "text": generation.text,
@@ -306,6 +391,22 @@ def _engine_response(endpoint: Endpoint, generation: Generation) -> Json:
     choice["finish_reason"] = generation.finish_reason
     response["choices"] = [choice]
     return response
+
+
+def _tokens(generation: Generation) -> list[TokenLogprob]:
+    """The sampled tokens as the engine describes them, or as ``token_id:N`` where it cannot."""
+    if generation.tokens is not None:
+        return generation.tokens
+    pairs = zip(generation.response_token_ids, generation.response_logprobs, strict=True)
+    return [TokenLogprob(f"token_id:{t}", t, [], lp) for t, lp in pairs]
+
+
+def _tops(generation: Generation) -> list[list[TokenLogprob]]:
+    return generation.top_logprobs or [[] for _ in generation.response_token_ids]
+
+
+def _chat_token(token: TokenLogprob) -> Json:
+    return {"token": token.token, "logprob": token.logprob, "bytes": token.bytes or None}
 
 
 def _as_chunks(endpoint: Endpoint, response: Json) -> list[Json]:

@@ -1,0 +1,396 @@
+"""The compatibility kit: every real client × feature through a relight gateway in front of a real engine.
+
+An engine or upstream proves itself with one subclass that serves it behind a gateway (see
+:func:`serve_policy`) in a ``policy`` fixture, ideally session-scoped so one model serves the
+whole suite::
+
+    from relight.testing.compat import ClientCompatibility, serve_policy
+
+    class TestMyEngine(ClientCompatibility):
+        @pytest.fixture(scope="class")
+        def policy(self):
+            with serve_policy([my_engine], reference=MyReference(), model="my-model") as policy:
+                yield policy
+
+Each test drives a real client (the ``openai`` client here; the frameworks in
+:mod:`relight.testing.compat_frameworks`) and then holds the call's LLM span to what makes it
+trainable (:func:`check_span`): status OK, prompt ids equal to the chat template's rendering of
+the messages the client sent, response ids that decode to the text the client got, one logprob per
+response id (or the span marked retokenized, with none), usage that counts those ids, and the
+end-of-turn token last when the model stopped by itself. Options an engine cannot honour must come
+back as a 4xx naming the option, never as a silent 200.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Generator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Protocol, cast
+
+import openai
+import pytest
+from openai.types.chat import ChatCompletion, ChatCompletionMessageFunctionToolCall
+from openai.types.chat.chat_completion import Choice
+
+from relight import semconv
+from relight.algorithm import UpstreamTarget
+from relight.context import AttemptRef
+from relight.gateway import Gateway, Upstream
+from relight.models import RolloutRequest, Span, SpanKind
+from relight.stores.memory import InMemoryStore
+
+__all__ = ["ADD_TOOL", "ClientCompatibility", "Policy", "Reference", "check_span", "serve_policy"]
+
+Json = dict[str, Any]
+
+ADD_TOOL: Json = {
+    "type": "function",
+    "function": {
+        "name": "add",
+        "description": "Add two integers.",
+        "parameters": {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "required": ["a", "b"],
+        },
+    },
+}
+"""The tool the kit offers."""
+
+QUESTION: list[Json] = [{"role": "user", "content": "What is 2 + 3? Answer in one short sentence."}]
+SHORT = 12
+"""Tokens per answer: enough to see an answer, few enough to keep a CPU model quick."""
+
+
+class Reference(Protocol):
+    """What the served model's own tokenizer says, to hold spans to."""
+
+    end_of_turn: int
+    """The token that ends an assistant turn (``<|im_end|>`` in ChatML)."""
+
+    def prompt_ids(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None) -> list[int]:
+        """The prompt the model sees for a chat request: the chat template with its generation prompt."""
+        ...
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of response ids, special tokens left out."""
+        ...
+
+
+@dataclass
+class Policy:
+    """A model behind a relight gateway that serves on a thread of its own, with an in-memory store."""
+
+    gateway: Gateway
+    store: InMemoryStore
+    model: str
+    reference: Reference
+    retokenized: bool = False
+    """True when the upstream gives no token ids: spans are then marked retokenized and carry no logprobs."""
+
+    def attempt(self) -> AttemptRef:
+        """A fresh rollout attempt for one test's calls."""
+
+        async def claimed() -> AttemptRef:
+            await self.store.enqueue([RolloutRequest(input="compat")])
+            found = await self.store.claim("compat")
+            assert found is not None
+            return AttemptRef(found[0].rollout_id, found[1].attempt_id)
+
+        return self.gateway.call(claimed())
+
+    def base_url(self, attempt: AttemptRef) -> str:
+        return self.gateway.base_url_for(attempt.rollout_id, attempt.attempt_id)
+
+    def client(self, attempt: AttemptRef) -> openai.OpenAI:
+        return openai.OpenAI(base_url=self.base_url(attempt), api_key="unused", max_retries=0)
+
+    def spans(self, attempt: AttemptRef) -> list[Span]:
+        """The attempt's LLM spans, once every call answered so far is recorded."""
+
+        async def recorded() -> list[Span]:
+            await self.gateway.flush()
+            return await self.store.query_spans(attempt.rollout_id, attempt.attempt_id)
+
+        return [span for span in self.gateway.call(recorded()) if span.kind is SpanKind.LLM]
+
+    def only_span(self, attempt: AttemptRef) -> Span:
+        (span,) = self.spans(attempt)
+        return span
+
+
+@contextmanager
+def serve_policy(
+    upstreams: Sequence[UpstreamTarget | Upstream],
+    *,
+    reference: Reference,
+    model: str,
+    retokenized: bool = False,
+    **gateway_options: Any,
+) -> Generator[Policy]:
+    """A gateway in front of ``upstreams`` on a thread of its own, for the kit's tests."""
+    store = InMemoryStore()
+    with Gateway(store, upstreams, **gateway_options) as gateway:
+        yield Policy(gateway, store, model, reference, retokenized)
+
+
+def check_span(
+    policy: Policy,
+    span: Span,
+    *,
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    text: str | None = None,
+) -> None:
+    """Hold an LLM span to what makes it trainable (see the module docstring); ``text`` is what the client got."""
+    attributes = span.attributes
+    assert span.status_code == "OK", span.status_message
+    prompt = cast(list[int], attributes[semconv.PROMPT_TOKEN_IDS])
+    response = cast(list[int], attributes[semconv.RESPONSE_TOKEN_IDS])
+    assert prompt == policy.reference.prompt_ids(messages, tools)
+    if text is not None:
+        assert policy.reference.decode(response).startswith(text)
+    logprobs = attributes.get(semconv.RESPONSE_LOGPROBS)
+    assert attributes[semconv.RETOKENIZED] is policy.retokenized
+    if policy.retokenized:
+        assert logprobs is None
+    else:
+        assert isinstance(logprobs, list)
+        assert len(cast(list[float], logprobs)) == len(response)
+    assert attributes[semconv.GEN_AI_USAGE_INPUT_TOKENS] == len(prompt)
+    assert attributes[semconv.GEN_AI_USAGE_OUTPUT_TOKENS] == len(response)
+    finish = cast(list[str], attributes[semconv.GEN_AI_RESPONSE_FINISH_REASONS])
+    if finish[0] in ("stop", "tool_calls") and not attributes.get("gen_ai.request.stop_sequences"):
+        assert response[-1] == policy.reference.end_of_turn
+
+
+def _forced_call(policy: Policy, client: openai.OpenAI, tool_choice: Any) -> Choice:
+    reply = client.chat.completions.create(
+        model=policy.model,
+        messages=cast(Any, QUESTION),
+        tools=cast(Any, [ADD_TOOL]),
+        tool_choice=tool_choice,
+        max_completion_tokens=40,
+        temperature=0,
+    )
+    return reply.choices[0]
+
+
+class ClientCompatibility:
+    """The raw ``openai`` client, feature by feature. Subclasses provide the ``policy`` fixture."""
+
+    def test_chat(self, policy: Policy) -> None:
+        attempt = policy.attempt()
+        reply = policy.client(attempt).chat.completions.create(
+            model=policy.model, messages=cast(Any, QUESTION), max_completion_tokens=SHORT, temperature=0
+        )
+        text = reply.choices[0].message.content or ""
+        assert text
+        assert reply.usage is not None
+        span = policy.only_span(attempt)
+        check_span(policy, span, messages=QUESTION, text=text)
+        assert span.attributes[semconv.GEN_AI_REQUEST_MAX_TOKENS] == SHORT
+        assert reply.usage.completion_tokens == span.attributes[semconv.GEN_AI_USAGE_OUTPUT_TOKENS]
+
+    @pytest.mark.parametrize("include_usage", [False, True])
+    def test_stream(self, policy: Policy, include_usage: bool) -> None:
+        attempt = policy.attempt()
+        stream = policy.client(attempt).chat.completions.create(
+            model=policy.model,
+            messages=cast(Any, QUESTION),
+            max_completion_tokens=SHORT,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True} if include_usage else openai.omit,
+        )
+        chunks = list(stream)
+        text = "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
+        usages = [chunk.usage for chunk in chunks if chunk.usage is not None]
+        assert len(usages) == (1 if include_usage else 0)
+        check_span(policy, policy.only_span(attempt), messages=QUESTION, text=text)
+
+    @pytest.mark.parametrize("tool_choice", ["auto", "none"])
+    def test_tools_the_model_may_call(self, policy: Policy, tool_choice: str) -> None:
+        attempt = policy.attempt()
+        choice = _forced_call(policy, policy.client(attempt), tool_choice)
+        if tool_choice == "none":
+            assert not choice.message.tool_calls
+        check_span(policy, policy.only_span(attempt), messages=QUESTION, tools=[ADD_TOOL])
+
+    @pytest.mark.parametrize("tool_choice", ["required", {"type": "function", "function": {"name": "add"}}])
+    def test_tools_the_model_must_call(self, policy: Policy, tool_choice: Any) -> None:
+        attempt = policy.attempt()
+        choice = _forced_call(policy, policy.client(attempt), tool_choice)
+        (call,) = choice.message.tool_calls or []
+        assert isinstance(call, ChatCompletionMessageFunctionToolCall)
+        assert choice.finish_reason == "tool_calls"
+        assert call.function.name == "add"
+        assert set(json.loads(call.function.arguments)) == {"a", "b"}
+        check_span(policy, policy.only_span(attempt), messages=QUESTION, tools=[ADD_TOOL])
+
+    def test_tool_round_trip_with_null_content(self, policy: Policy) -> None:
+        attempt = policy.attempt()
+        client = policy.client(attempt)
+        choice = _forced_call(policy, client, "required")
+        (call,) = choice.message.tool_calls or []
+        assert isinstance(call, ChatCompletionMessageFunctionToolCall)
+        history: list[Json] = [
+            *QUESTION,
+            {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+            {"role": "tool", "tool_call_id": call.id, "content": "5"},
+        ]
+        reply = client.chat.completions.create(
+            model=policy.model,
+            messages=cast(Any, history),
+            tools=cast(Any, [ADD_TOOL]),
+            max_completion_tokens=SHORT,
+            temperature=0,
+        )
+        _, second = policy.spans(attempt)
+        check_span(policy, second, messages=history, tools=[ADD_TOOL], text=reply.choices[0].message.content or "")
+
+    def test_logprobs_with_top_logprobs(self, policy: Policy) -> None:
+        attempt = policy.attempt()
+        reply = policy.client(attempt).chat.completions.create(
+            model=policy.model,
+            messages=cast(Any, QUESTION),
+            max_completion_tokens=SHORT,
+            temperature=0,
+            logprobs=True,
+            top_logprobs=3,
+        )
+        content = reply.choices[0].logprobs.content if reply.choices[0].logprobs else None
+        assert content
+        for token in content:
+            assert len(token.top_logprobs) == 3
+            assert token.bytes is not None
+            assert token.top_logprobs[0].logprob >= token.top_logprobs[-1].logprob
+        assert "".join(token.token for token in content).startswith(reply.choices[0].message.content or "")
+        span = policy.only_span(attempt)
+        check_span(policy, span, messages=QUESTION)
+        if not policy.retokenized:
+            assert [token.logprob for token in content] == span.attributes[semconv.RESPONSE_LOGPROBS]
+
+    def test_stop_seed_and_max_completion_tokens(self, policy: Policy) -> None:
+        attempt = policy.attempt()
+        client = policy.client(attempt)
+
+        def ask(stop: list[str] | None = None) -> ChatCompletion:
+            return client.chat.completions.create(
+                model=policy.model,
+                messages=cast(Any, QUESTION),
+                max_completion_tokens=6,
+                seed=11,
+                stop=stop if stop is not None else openai.omit,
+            )
+
+        first, again = ask(), ask()
+        assert first.choices[0].message.content == again.choices[0].message.content
+        assert first.usage is not None
+        assert first.usage.completion_tokens <= 6
+        stopped = ask(stop=[" "])
+        assert " " not in (stopped.choices[0].message.content or "")
+        for span in policy.spans(attempt):
+            assert span.attributes[semconv.GEN_AI_REQUEST_MAX_TOKENS] == 6
+
+    @pytest.mark.parametrize(
+        "response_format",
+        [
+            {"type": "json_object"},
+            {
+                "type": "json_schema",
+                "json_schema": {
+                    "name": "answer",
+                    "schema": {
+                        "type": "object",
+                        "properties": {"sum": {"type": "integer"}},
+                        "required": ["sum"],
+                        "additionalProperties": False,
+                    },
+                },
+            },
+        ],
+    )
+    def test_response_format(self, policy: Policy, response_format: Json) -> None:
+        attempt = policy.attempt()
+        try:
+            reply = policy.client(attempt).chat.completions.create(
+                model=policy.model,
+                messages=cast(Any, QUESTION),
+                response_format=cast(Any, response_format),
+                max_completion_tokens=40,
+                temperature=0,
+            )
+        except openai.BadRequestError as error:  # an engine that cannot must say so, naming the option
+            refusal, reply = str(error), None
+        else:
+            refusal = None
+        if reply is None:
+            assert refusal is not None
+            assert "response_format" in refusal
+            return
+        answer = json.loads(reply.choices[0].message.content or "")
+        assert isinstance(answer, dict)
+        if response_format["type"] == "json_schema":
+            assert set(cast(Json, answer)) == {"sum"}
+        check_span(policy, policy.only_span(attempt), messages=QUESTION)
+
+    def test_legacy_completions_with_logprobs(self, policy: Policy) -> None:
+        attempt = policy.attempt()
+        reply = policy.client(attempt).completions.create(
+            model=policy.model, prompt="The capital of France is", max_tokens=4, temperature=0, logprobs=2
+        )
+        logprobs = reply.choices[0].logprobs
+        assert logprobs is not None
+        assert logprobs.tokens
+        assert "".join(logprobs.tokens) == reply.choices[0].text
+        assert all(len(top) == 2 for top in logprobs.top_logprobs or [])
+        span = policy.only_span(attempt)
+        assert span.status_code == "OK"
+        assert (
+            policy.reference.decode(cast(list[int], span.attributes[semconv.RESPONSE_TOKEN_IDS]))
+            == reply.choices[0].text
+        )
+
+    def test_unknown_model_is_404(self, policy: Policy) -> None:
+        attempt = policy.attempt()
+        with pytest.raises(openai.NotFoundError, match="no-such-model"):
+            policy.client(attempt).chat.completions.create(
+                model="no-such-model", messages=cast(Any, QUESTION), max_completion_tokens=2
+            )
+
+    def test_responses(self, policy: Policy) -> None:
+        attempt = policy.attempt()
+        client = policy.client(attempt)
+        whole = client.responses.create(model=policy.model, input="What is 2 + 3?", max_output_tokens=SHORT)
+        streamed = client.responses.create(
+            model=policy.model, input="What is 2 + 3?", max_output_tokens=SHORT, stream=True
+        )
+        done = [event for event in streamed if event.type == "response.completed"]
+        assert len(done) == 1
+        history: list[Json] = [
+            {"role": "user", "content": "What is 2 + 3?"},
+            {"type": "function_call", "call_id": "call_1", "name": "add", "arguments": '{"a": 2, "b": 3}'},
+            {"type": "function_call_output", "call_id": "call_1", "output": "5"},
+        ]
+        tool = {"type": "function", "name": "add", "parameters": ADD_TOOL["function"]["parameters"]}
+        after = client.responses.create(
+            model=policy.model, input=cast(Any, history), tools=cast(Any, [tool]), max_output_tokens=SHORT
+        )
+        assert whole.output_text
+        assert after.status == "completed"
+        spans = policy.spans(attempt)
+        assert len(spans) == 3
+        check_span(policy, spans[0], messages=[{"role": "user", "content": "What is 2 + 3?"}], text=whole.output_text)
+        call_turn: Json = {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}}
+            ],
+        }
+        chat_history = [history[0], call_turn, {"role": "tool", "tool_call_id": "call_1", "content": "5"}]
+        chat_tools = [{"type": "function", "function": {"name": "add", "parameters": tool["parameters"]}}]
+        check_span(policy, spans[2], messages=chat_history, tools=chat_tools, text=after.output_text)
