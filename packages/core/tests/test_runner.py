@@ -189,6 +189,23 @@ def test_dev_runs_each_task_once_and_prints_a_table() -> None:
     assert "relight dev" in table
     assert "ValueError: no such task" in table
     assert "1.000" in table
+    assert [(r.trainable_calls, r.retokenized_calls, r.untrainable_calls) for r in results[:2]] == [(3, 0, 0)] * 2
+    assert "all 3 tasks: 6 trainable" in table
+
+
+def test_dev_shows_calls_recorded_without_token_ids_as_untrainable() -> None:
+    @relight.rollout
+    def agent(task: Any, llm: LLM) -> float:
+        with openai.OpenAI(base_url=llm.base_url, api_key=llm.api_key) as client:
+            client.chat.completions.create(model=llm.model, messages=[{"role": "user", "content": task}])
+        return 1.0
+
+    output = io.StringIO()
+    trainer = Trainer(console=Console(file=output, width=200), max_attempts=1)
+    with ScriptedUpstream() as upstream:  # asked for no ids, it gives none; "scripted" has no local tokenizer
+        (result,) = trainer.dev(agent, ["hi"], base_url=upstream.base_url, model="scripted", vllm=False)
+    assert (result.calls, result.trainable_calls, result.untrainable_calls) == (1, 0, 1)
+    assert "1 untrainable" in output.getvalue()
 
 
 async def test_heartbeats_keep_an_attempt_alive_past_its_lease(loop: Loop) -> None:

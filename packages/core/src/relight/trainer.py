@@ -30,6 +30,7 @@ from pydantic import JsonValue
 from rich.console import Console
 from rich.table import Table
 
+from relight import semconv
 from relight._server import AsgiServer
 from relight.agent import Agent
 from relight.algorithm import Algorithm, UpstreamTarget
@@ -70,6 +71,15 @@ class DevResult:
     calls: int
     """LLM calls its last attempt made through the gateway."""
     failed_calls: int
+    retokenized_calls: int = 0
+    """Calls whose token ids the gateway made from the text (the upstream gave none): trainable, without logprobs."""
+    untrainable_calls: int = 0
+    """Answered calls recorded without token ids: training cannot use them."""
+
+    @property
+    def trainable_calls(self) -> int:
+        """Calls with the token ids and logprobs the upstream sampled."""
+        return self.calls - self.failed_calls - self.retokenized_calls - self.untrainable_calls
 
 
 @dataclass(frozen=True, slots=True)
@@ -381,7 +391,7 @@ class Trainer:
         base_url: str | None = None,
         model: str | None = None,
         api_key: str | None = None,
-        vllm: bool = False,
+        vllm: bool | None = None,
     ) -> list[DevResult]:
         """Run each task once against ``base_url`` (or the algorithm's policy) and print what happened."""
         return asyncio.run(self.adev(agent, dataset, base_url=base_url, model=model, api_key=api_key, vllm=vllm))
@@ -394,7 +404,7 @@ class Trainer:
         base_url: str | None = None,
         model: str | None = None,
         api_key: str | None = None,
-        vllm: bool = False,
+        vllm: bool | None = None,
     ) -> list[DevResult]:
         """:meth:`dev` on the running event loop.
 
@@ -402,7 +412,8 @@ class Trainer:
             base_url: an OpenAI-compatible endpoint (``https://api.openai.com/v1``, a local vLLM).
             model: the model name the agent is told to use.
             api_key: for ``base_url``; ``OPENAI_API_KEY`` by default.
-            vllm: ask the endpoint for vLLM's token ids (leave off for hosted APIs, which refuse it).
+            vllm: ask the endpoint for vLLM's token ids: by default the gateway finds out whether it
+                takes them (see :class:`relight.gateway.OpenAIUpstream`); False never asks.
         """
         upstreams: Sequence[UpstreamTarget | Upstream]
         if base_url is not None:
@@ -525,17 +536,20 @@ def _named(store: Store | str) -> str:
 async def _dev_result(store: Store, rollout: Rollout) -> DevResult:
     spans = await last_attempt_spans(store, rollout.rollout_id)
     calls = [span for span in spans if span.kind is SpanKind.LLM]
+    answered = [span for span in calls if span.status_code != "ERROR"]
     return DevResult(
         rollout=rollout,
         reward=episode_return(spans),
         calls=len(calls),
-        failed_calls=sum(span.status_code == "ERROR" for span in calls),
+        failed_calls=len(calls) - len(answered),
+        retokenized_calls=sum(span.attributes.get(semconv.RETOKENIZED) is True for span in answered),
+        untrainable_calls=sum(semconv.RESPONSE_TOKEN_IDS not in span.attributes for span in answered),
     )
 
 
 def _dev_table(results: Sequence[DevResult]) -> Table:
     table = Table(title="relight dev", title_justify="left")
-    for column in ("rollout", "task", "status", "attempts", "reward", "calls", "errors"):
+    for column in ("rollout", "task", "status", "attempts", "reward", "calls", "tokens", "errors"):
         table.add_column(column, justify="right" if column in ("attempts", "reward", "calls") else "left")
     for result in results:
         rollout = result.rollout
@@ -551,6 +565,19 @@ def _dev_table(results: Sequence[DevResult]) -> Table:
             str(rollout.attempt_count),
             "—" if result.reward is None else f"{result.reward:.3f}",
             str(result.calls),
+            _token_counts([result]),
             "; ".join(errors),
         )
+    if len(results) > 1:
+        table.caption = f"all {len(results)} tasks: {_token_counts(results)}"
     return table
+
+
+def _token_counts(results: Sequence[DevResult]) -> str:
+    """How trainable the calls were: exact ids and logprobs, retokenized, or not trainable at all."""
+    counts = (
+        (sum(r.trainable_calls for r in results), "trainable", "green"),
+        (sum(r.retokenized_calls for r in results), "retokenized", "yellow"),
+        (sum(r.untrainable_calls for r in results), "untrainable", "red"),
+    )
+    return ", ".join(f"[{style}]{count} {label}[/]" for count, label, style in counts if count) or "—"
