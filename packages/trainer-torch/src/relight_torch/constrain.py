@@ -165,8 +165,8 @@ def _format_grammar(response_format: Mapping[str, Any] | None) -> xgr.Grammar | 
     kind = (response_format or {}).get("type", "text")
     if kind == "text":
         return None
-    if kind == "json_object":
-        return xgr.Grammar.builtin_json_grammar()
+    if kind == "json_object":  # an object, as OpenAI's JSON mode gives, not any JSON value
+        return xgr.Grammar.from_json_schema({"type": "object"}, any_whitespace=False)
     if kind == "json_schema":
         spec = (response_format or {}).get("json_schema")
         schema = spec.get("schema") if isinstance(spec, Mapping) else None

@@ -365,7 +365,7 @@ class Gateway(AsgiServer):
         """The configured retokenizer, else the served model's own tokenizer where it is on this machine."""
         if self.retokenizer is not None:
             return self.retokenizer, ""
-        model = exchange.model or str(exchange.request.get("model", ""))
+        model = str(exchange.request.get("model") or exchange.model or "")  # the name asked for, not `name@revision`
         if model not in self._local_tokenizers:
             try:
                 self._local_tokenizers[model] = HuggingFaceRetokenizer.for_model(model)

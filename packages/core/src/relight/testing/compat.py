@@ -368,8 +368,8 @@ class ClientCompatibility:
         streamed = client.responses.create(
             model=policy.model, input="What is 2 + 3?", max_output_tokens=SHORT, stream=True
         )
-        done = [event for event in streamed if event.type == "response.completed"]
-        assert len(done) == 1
+        ends = [event for event in streamed if event.type in ("response.completed", "response.incomplete")]
+        assert len(ends) == 1  # incomplete where max_output_tokens cut the answer
         history: list[Json] = [
             {"role": "user", "content": "What is 2 + 3?"},
             {"type": "function_call", "call_id": "call_1", "name": "add", "arguments": '{"a": 2, "b": 3}'},
@@ -380,7 +380,7 @@ class ClientCompatibility:
             model=policy.model, input=cast(Any, history), tools=cast(Any, [tool]), max_output_tokens=SHORT
         )
         assert whole.output_text
-        assert after.status == "completed"
+        assert after.status in ("completed", "incomplete")
         spans = policy.spans(attempt)
         assert len(spans) == 3
         check_span(policy, spans[0], messages=[{"role": "user", "content": "What is 2 + 3?"}], text=whole.output_text)
