@@ -69,10 +69,8 @@ async def _serve(upstream: EngineUpstream, endpoint: Any, request: Request) -> R
             return JSONResponse({**await upstream.complete(endpoint, body), "id": response_id})
         chunks = upstream.stream(endpoint, body)
         first = await anext(chunks)
-    except UpstreamError as error:
-        if isinstance(error.__cause__, ValueError):  # the engine refused a field (max_tokens, temperature, …)
-            return _error(400, str(error.__cause__))
-        return _error(error.status_code or 502, error.message)
+    except UpstreamError as error:  # a request the engine refused is a 4xx (404 for an unknown model), naming the field
+        return _error(error.status_code or 502, error.message, param=error.param)
 
     async def events() -> AsyncIterator[bytes]:
         yield _event({**first, "id": response_id})
@@ -87,8 +85,8 @@ def _event(chunk: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
 
 
-def _error(status: int, message: str) -> Response:
-    return JSONResponse(error_body(status, message), status_code=status)
+def _error(status: int, message: str, *, param: str | None = None) -> Response:
+    return JSONResponse(error_body(status, message, param=param), status_code=status)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 from collections.abc import Generator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
 import openai
@@ -89,6 +89,7 @@ class Policy:
     reference: Reference
     retokenized: bool = False
     """True when the upstream gives no token ids: spans are then marked retokenized and carry no logprobs."""
+    clients: list[openai.OpenAI] = field(default_factory=list[openai.OpenAI])
 
     def attempt(self) -> AttemptRef:
         """A fresh rollout attempt for one test's calls."""
@@ -105,7 +106,10 @@ class Policy:
         return self.gateway.base_url_for(attempt.rollout_id, attempt.attempt_id)
 
     def client(self, attempt: AttemptRef) -> openai.OpenAI:
-        return openai.OpenAI(base_url=self.base_url(attempt), api_key="unused", max_retries=0)
+        """A client for the attempt, closed when the policy stops being served."""
+        client = openai.OpenAI(base_url=self.base_url(attempt), api_key="unused", max_retries=0)
+        self.clients.append(client)
+        return client
 
     def spans(self, attempt: AttemptRef) -> list[Span]:
         """The attempt's LLM spans, once every call answered so far is recorded."""
@@ -133,7 +137,12 @@ def serve_policy(
     """A gateway in front of ``upstreams`` on a thread of its own, for the kit's tests."""
     store = InMemoryStore()
     with Gateway(store, upstreams, **gateway_options) as gateway:
-        yield Policy(gateway, store, model, reference, retokenized)
+        policy = Policy(gateway, store, model, reference, retokenized)
+        try:
+            yield policy
+        finally:
+            for client in policy.clients:
+                client.close()
 
 
 def check_span(
