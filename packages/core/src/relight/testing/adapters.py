@@ -243,7 +243,7 @@ class AdapterConformance:
         error_type = self.break_hook(monkeypatch)
         # Each place logs its first failure only; a fresh tally makes this test's first failure the logged one
         # whatever ran before it in the process.
-        monkeypatch.setattr(guard, "_failures", Counter())
+        monkeypatch.setattr(guard, "_failures", Counter[str]())
         with caplog.at_level(logging.WARNING):
             batch = await self.run_rollouts(2, self._a_mode())
         for run in batch.runs:
