@@ -22,7 +22,8 @@ from relight_torch.testing import QUESTION, answers
 async def test_a_live_update_trains_a_copy_while_the_engine_keeps_serving(engine: TorchEngine) -> None:
     algorithm = GRPO(engine, lr=1e-2, live_updates=True)
     transitions = answers(engine, ["84", "19"], [1.0, 0.0])
-    request = GenerationRequest(model="m", messages=QUESTION, sampling=SamplingParams(temperature=0, max_tokens=6))
+    greedy = SamplingParams(temperature=0, max_tokens=6)
+    request = GenerationRequest(model=engine.name, messages=QUESTION, sampling=greedy)
     before = await engine.generate(request)
     served_during_update = threading.Event()
     loop = asyncio.get_running_loop()
@@ -33,7 +34,8 @@ async def test_a_live_update_trains_a_copy_while_the_engine_keeps_serving(engine
             assert generation.policy_version == 0
             served_during_update.set()
 
-    hook = algorithm.learner.model.register_forward_hook(serve_while_learning)
+    # The learner runs the backbone and the output layer in chunks, never the whole model: hook the embeddings.
+    hook = algorithm.learner.model.get_input_embeddings().register_forward_hook(serve_while_learning)
     try:
         await algorithm.update(transitions)
     finally:

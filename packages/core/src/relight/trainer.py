@@ -550,7 +550,12 @@ async def _dev_result(store: Store, rollout: Rollout) -> DevResult:
 def _dev_table(results: Sequence[DevResult]) -> Table:
     table = Table(title="relight dev", title_justify="left")
     for column in ("rollout", "task", "status", "attempts", "reward", "calls", "tokens", "errors"):
-        table.add_column(column, justify="right" if column in ("attempts", "reward", "calls") else "left")
+        # Ids, statuses and numbers are never cut (a narrow terminal wraps the task, tokens and errors instead).
+        table.add_column(
+            column,
+            justify="right" if column in ("attempts", "reward", "calls") else "left",
+            no_wrap=column not in ("task", "tokens", "errors"),
+        )
     for result in results:
         rollout = result.rollout
         task = str(rollout.input)
