@@ -79,7 +79,8 @@ def test_the_kl_penalty_starts_at_zero_and_holds_the_policy_near_the_reference()
 async def test_an_update_is_served_at_once_under_the_next_policy_version() -> None:
     with tiny_engine(seed=0) as engine:
         algorithm = GRPO(engine, lr=1e-2)
-        request = GenerationRequest(model="m", messages=QUESTION, sampling=SamplingParams(temperature=0, max_tokens=6))
+        greedy = SamplingParams(temperature=0, max_tokens=6)
+        request = GenerationRequest(model=engine.name, messages=QUESTION, sampling=greedy)
         first = await engine.generate(request)
         metrics = await algorithm.update(answers(engine, ["84", "19"], [1.0, 0.0]))
         second = await engine.generate(request)
