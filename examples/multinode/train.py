@@ -39,6 +39,8 @@ async def summary(store: Store, history: list[dict[str, float]]) -> dict[str, An
     nodes = [node for node in ray.nodes() if node["NodeID"][:12] in node_ids]
     return {
         "policy_versions": [int(row["policy_version"]) for row in history if "policy_version" in row],
+        # GRPO makes no update on a step whose groups all have equal rewards (no signal), so versions rise by these.
+        "steps_with_signal": [int(row.get("groups_no_signal", 0) < row.get("groups", 1)) for row in history],
         "rollouts": dict(Counter(r.status.value for r in rollouts)),
         "runner_nodes": [sorted(k for k in node["Resources"] if not k.startswith("node:")) for node in nodes],
         "workers": len(workers),
