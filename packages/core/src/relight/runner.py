@@ -245,7 +245,10 @@ class Runner:
         try:
             return await self._claiming
         except asyncio.CancelledError:
-            if self._stopping and self._claiming.cancelled():
+            current = asyncio.current_task()
+            # stop() cancelled the claim: claim no more. A cancel of the runner itself that landed on the
+            # claim (a second SIGTERM right after the first) must go on up, or it would be swallowed here.
+            if self._stopping and self._claiming.cancelled() and not (current and current.cancelling()):
                 return None
             raise
         finally:
