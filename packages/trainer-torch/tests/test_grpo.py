@@ -117,3 +117,18 @@ def test_update_runs_off_the_event_loop() -> None:
             return ticks
 
         assert asyncio.run(update_while_ticking()) > 1
+
+
+def test_calls_recorded_without_logprobs_are_anchored_to_the_policy_before_the_update() -> None:
+    """Retokenized calls carry no logprobs; over two epochs their update must be the one exact logprobs give."""
+    weights = []
+    for recorded in (True, False):
+        with tiny_engine(seed=0) as engine:
+            transitions = answers(engine, ["84", "19", "84.", "42"], [1.0, 0.0, 1.0, 0.0])
+            if not recorded:  # as the gateway stores a call it retokenized
+                retokenized = {"response_logprobs": None, "retokenized": True}
+                transitions = [t.model_copy(update=retokenized) for t in transitions]
+            metrics = GRPO(engine, lr=1e-2, epochs=2, clip=0.05).learn(transitions)
+            weights.append(torch.cat([p.detach().flatten() for p in engine.model.parameters()]))
+            assert metrics["samples_without_logprobs"] == (0 if recorded else 4)
+    assert torch.allclose(weights[0], weights[1], atol=1e-6)

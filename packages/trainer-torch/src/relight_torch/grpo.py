@@ -5,8 +5,10 @@ of an episode carries the episode's reward). Advantages come from :mod:`relight_
 then the policy takes PPO's clipped step against the logprobs recorded when the call was sampled,
 with a token-mean loss and an optional KL penalty to the starting policy. Samples an older policy
 drew (asynchronous training) are corrected first (:mod:`relight_torch.offpolicy`: decoupled PPO with
-truncated importance sampling). The engine serves the new weights as soon as the update returns,
-under a policy version one higher (trained in place, or swapped in live: see ``live_updates``).
+truncated importance sampling); calls recorded without logprobs (retokenized by the gateway) are
+anchored to the policy's own logprobs before the first step (:mod:`relight_torch.anchors`). The
+engine serves the new weights as soon as the update returns, under a policy version one higher
+(trained in place, or swapped in live: see ``live_updates``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from relight.models import Transition
 from relight.signal import flat_groups
 from relight_torch._policy import PolicyAlgorithm
 from relight_torch.advantages import grpo_advantages, reinforce_pp_advantages
+from relight_torch.anchors import anchor_missing_logprobs
 from relight_torch.engine import TorchEngine
 from relight_torch.learner import Sample
 from relight_torch.objectives import PolicyGradientLoss
@@ -114,6 +117,7 @@ class GRPO(PolicyAlgorithm):
             samples, correction = correct_stale_samples(
                 samples, kept, self.learner, version=self.policy_version, cap=self.tis_cap
             )
+        samples, anchored = anchor_missing_logprobs(samples, self.learner, steps=self.epochs * self.mini_batches)
         # Left-out samples' loss is zero; dividing by every token's count keeps the step the full batch's.
         per_token = sum(len(s.response_ids) for s in all_samples) / sum(len(s.response_ids) for s in samples)
         steps: list[dict[str, float]] = []
@@ -132,6 +136,7 @@ class GRPO(PolicyAlgorithm):
             "advantage_abs_mean": statistics.fmean(abs(s.advantage) for s in all_samples),
             "off_policy_transitions": float(sum(t.policy_version != self.policy_version - 1 for t in trainable)),
             **correction,
+            **anchored,
         }
         return metrics
 
