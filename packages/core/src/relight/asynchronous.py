@@ -50,7 +50,8 @@ from relight.algorithm import Algorithm
 from relight.drops import DropReason, mark_dropped
 from relight.errors import ConfigError
 from relight.gateway import Gateway
-from relight.models import Resources, Rollout, RolloutRequest, RolloutStatus, Transition
+from relight.models import Resources, Rollout, Transition
+from relight.steps import group_id, group_requests, step_metrics
 from relight.store import Store
 from relight.transitions import TransitionBuilder
 
@@ -104,7 +105,7 @@ class _Task:
     def group_id(self) -> str:
         """Named as the synchronous loop names it, plus how often it was sampled again."""
         suffix = f"-resample{self.resampled}" if self.resampled else ""
-        return f"step{self.step}-task{self.position}{suffix}"
+        return group_id(self.step, self.position) + suffix
 
 
 @dataclass(eq=False)
@@ -259,22 +260,20 @@ class AsyncTraining:
         return step, resources, history
 
     async def _admit(self, index: int, task: _Task, resources: Resources) -> None:
-        group_id = task.group_id
-        requests = [
-            RolloutRequest(
-                input=task.input,
-                group_id=group_id,
-                max_attempts=self.options.max_attempts,
-                resources_version=resources.version,
-                metadata={"step": task.step},
-            )
-            for _ in range(self.options.n_samples)
-        ]
+        group = task.group_id
+        requests = group_requests(
+            task.input,
+            group,
+            step=task.step,
+            n_samples=self.options.n_samples,
+            max_attempts=self.options.max_attempts,
+            resources=resources,
+        )
         rollouts = await self.store.enqueue(requests)
         ids = [rollout.rollout_id for rollout in rollouts]
         waiter = asyncio.create_task(self.store.wait(ids))
         version = self.algorithm.policy_version
-        self._inflight[group_id] = _Group(index, task, group_id, ids, version, time.perf_counter(), waiter)
+        self._inflight[group] = _Group(index, task, group, ids, version, time.perf_counter(), waiter)
 
     async def _finished(self, group: _Group, rollouts: list[Rollout]) -> None:
         """A group whose rollouts have all ended: read its transitions and queue it for a batch."""
@@ -349,15 +348,16 @@ class AsyncTraining:
         rollouts = [rollout for group in batch for rollout in group.rollouts]
         returns = await self.hooks.returns(rollouts)
         metrics: dict[str, float] = {
-            "step": step,
-            **{key: float(value) for key, value in learned.items()},
-            "policy_version": self.algorithm.policy_version,
-            "rollouts": len(rollouts),
-            "rollouts_failed": sum(r.status is not RolloutStatus.SUCCEEDED for r in rollouts),
-            "transitions": len(transitions),
-            "reward_mean": statistics.fmean(returns) if returns else 0.0,
-            "time_rollouts_s": waited,
-            "time_update_s": updated - began,
+            **step_metrics(
+                step,
+                learned,
+                self.algorithm.policy_version,
+                rollouts,
+                transitions,
+                returns,
+                time_rollouts_s=waited,
+                time_update_s=updated - began,
+            ),
             "epoch": max(group.task.epoch for group in batch),
             **self._async_metrics(batch, version, step),
         }

@@ -6,8 +6,10 @@ OpenAI-compatible endpoint: it runs each task once and prints a table of rewards
 ``Trainer(algorithm=...).fit(agent, train, val)`` trains. Each step enqueues ``batch_size`` tasks
 ``n_samples`` times each (the samples of a task share a group, for GRPO), waits for them, turns them
 into transitions (:class:`relight.transitions.TransitionBuilder`) and hands those to
-``algorithm.update`` while the gateway is paused, then publishes the new policy version.
-Validation runs before training, every ``val_every`` steps and at the end.
+``algorithm.update`` while the gateway is paused, then publishes the new policy version: the loop of
+:mod:`relight.synchronous`, or of :mod:`relight.asynchronous` with ``max_staleness``. The trainer sets
+up the store, gateway and runners both loops work on, and lends them publishing, checkpoints and
+validation, which runs before training, every ``val_every`` steps and at the end.
 
 Every ``fit`` writes a run folder (``run_dir``, ``runs/<date>-<time>`` by default; see
 :mod:`relight.runfolder`): metrics, summary, reward curve, checkpoints and, by default, the store.
@@ -19,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import os
 import statistics
-import time
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass
@@ -28,25 +29,24 @@ from typing import Any, TypedDict
 
 from pydantic import JsonValue
 from rich.console import Console
-from rich.table import Table
 
-from relight import semconv
 from relight._server import AsgiServer
 from relight.agent import Agent
 from relight.algorithm import Algorithm, UpstreamTarget
 from relight.asynchronous import AsyncOptions, AsyncTraining, LoopHooks
+from relight.devreport import DevResult, dev_result, dev_table
 from relight.errors import ConfigError
 from relight.gateway import Gateway, OpenAIUpstream, Retokenizer, Upstream
-from relight.models import Mode, Resources, Rollout, RolloutRequest, RolloutStatus, SpanKind, Transition
+from relight.models import Mode, Resources, Rollout, RolloutRequest, RolloutStatus
 from relight.plugins import open_store
 from relight.progress import RunProgress
 from relight.rolecheck import RoleCheck
 from relight.runfolder import RunFolder, default_run_dir
 from relight.runner import Runner, RunnerProcesses
 from relight.runner_groups import RunnerGroup
-from relight.signal import flat_groups, sample_until_signal
 from relight.store import DEFAULT_LEASE_SECONDS, Store
 from relight.supervisor import RunnerSupervisor
+from relight.synchronous import SyncOptions, SyncTraining
 from relight.transitions import TransitionBuilder, episode_return, last_attempt_spans
 
 __all__ = ["DevResult", "GatewayOptions", "Trainer"]
@@ -59,27 +59,6 @@ class GatewayOptions(TypedDict, total=False):
     port: int
     retokenizer: Retokenizer
     max_body_bytes: int
-
-
-@dataclass(frozen=True, slots=True)
-class DevResult:
-    """How one task went in :meth:`Trainer.dev`."""
-
-    rollout: Rollout
-    reward: float | None
-    """The sum of the rewards its last attempt recorded; None when it recorded none."""
-    calls: int
-    """LLM calls its last attempt made through the gateway."""
-    failed_calls: int
-    retokenized_calls: int = 0
-    """Calls whose token ids the gateway made from the text (the upstream gave none): trainable, without logprobs."""
-    untrainable_calls: int = 0
-    """Answered calls recorded without token ids: training cannot use them."""
-
-    @property
-    def trainable_calls(self) -> int:
-        """Calls with the token ids and logprobs the upstream sampled."""
-        return self.calls - self.failed_calls - self.retokenized_calls - self.untrainable_calls
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,7 +213,6 @@ class Trainer:
                 if val_dataset and self.val_every is not None:
                     history.append(await self._validate(loop, val_dataset, resources, step=0))
                     run.record("val", history[-1])
-                step = 0
 
                 async def finish_step(metrics: dict[str, float], resources: Resources) -> dict[str, float]:
                     """After an update: checkpoint, the metrics file, validation on schedule."""
@@ -249,24 +227,17 @@ class Trainer:
                         metrics |= validation
                     return metrics
 
+                hooks = LoopHooks(
+                    publish=lambda: self._publish(loop, algorithm),
+                    returns=lambda rollouts: self._returns(loop.store, rollouts),
+                    finish_step=finish_step,
+                    report=self.progress.step,
+                )
                 if self.max_staleness is not None:
-                    hooks = LoopHooks(
-                        publish=lambda: self._publish(loop, algorithm),
-                        returns=lambda rollouts: self._returns(loop.store, rollouts),
-                        finish_step=finish_step,
-                        report=self.progress.step,
-                    )
                     step, resources, steps = await self._fit_async(loop, algorithm, train_dataset, resources, hooks)
-                    history += steps
-                for epoch in range(self.epochs if self.max_staleness is None else 0):
-                    for start in range(0, len(train_dataset), self.batch_size):
-                        step += 1
-                        batch = train_dataset[start : start + self.batch_size]
-                        metrics = await self._train_step(loop, algorithm, batch, resources, step)
-                        metrics["epoch"] = epoch
-                        resources = await self._publish(loop, algorithm)
-                        history.append(await finish_step(metrics, resources))
-                        self.progress.step(metrics)
+                else:
+                    step, resources, steps = await self._fit_sync(loop, algorithm, train_dataset, resources, hooks)
+                history += steps
                 if val_dataset and not (self.val_every and step % self.val_every == 0):
                     history.append(await self._validate(loop, val_dataset, resources, step))
                     run.record("val", history[-1])
@@ -277,55 +248,36 @@ class Trainer:
             self.progress.note(f"relight: run {ended}; metrics, summary and reward curve in {run.path}")
         return history
 
-    async def _train_step(
-        self, loop: _Loop, algorithm: Algorithm, batch: Sequence[JsonValue], resources: Resources, step: int
-    ) -> dict[str, float]:
-        requests = [
-            RolloutRequest(
-                input=task,
-                group_id=f"step{step}-task{index}",
-                max_attempts=self.max_attempts,
-                resources_version=resources.version,
-                metadata={"step": step},
-            )
-            for index, task in enumerate(batch)
-            for _ in range(self.n_samples)
-        ]
-        began = time.perf_counter()
+    async def _fit_sync(
+        self,
+        loop: _Loop,
+        algorithm: Algorithm,
+        dataset: Sequence[JsonValue],
+        resources: Resources,
+        hooks: LoopHooks,
+    ) -> tuple[int, Resources, list[dict[str, float]]]:
+        options = SyncOptions(
+            batch_size=self.batch_size,
+            n_samples=self.n_samples,
+            epochs=self.epochs,
+            max_attempts=self.max_attempts,
+            dynamic_sampling=self.dynamic_sampling,
+        )
 
-        async def run(requests: Sequence[RolloutRequest]) -> list[Rollout]:
-            return await self._run_batch(loop, requests, f"step {step}", check_roles=True)
+        async def run_batch(requests: Sequence[RolloutRequest], label: str) -> list[Rollout]:
+            return await self._run_batch(loop, requests, label, check_roles=True)
 
-        async def build(rollouts: Sequence[Rollout]) -> list[Transition]:
-            await loop.gateway.flush()
-            return await self.transitions.from_store(loop.store, rollouts)
-
-        rollouts, transitions, rounds = await sample_until_signal(requests, run, build, rounds=self.dynamic_sampling)
-        groups, flat = len({t.group_id for t in transitions}), len(flat_groups(transitions))
-        if groups and flat == groups:
-            self.progress.warn(
-                f"step {step}: all {groups} group(s) have equal rewards, so there is no learning signal this "
-                "step (GRPO skips such groups); Trainer(dynamic_sampling=N) samples flat tasks again"
-            )
-        rolled = time.perf_counter()
-        async with loop.gateway.paused():
-            metrics = {key: float(value) for key, value in (await algorithm.update(transitions)).items()}
-        updated = time.perf_counter()
-        returns = await self._returns(loop.store, rollouts)
-        return {
-            "step": step,
-            **metrics,
-            "policy_version": algorithm.policy_version,
-            "rollouts": len(rollouts),
-            "rollouts_failed": sum(r.status is not RolloutStatus.SUCCEEDED for r in rollouts),
-            "transitions": len(transitions),
-            "groups": groups,
-            "groups_no_signal": flat,
-            "sampling_rounds": rounds,
-            "reward_mean": statistics.fmean(returns) if returns else 0.0,
-            "time_rollouts_s": rolled - began,
-            "time_update_s": updated - rolled,
-        }
+        training = SyncTraining(
+            loop.store,
+            loop.gateway,
+            algorithm,
+            self.transitions,
+            options,
+            hooks,
+            run_batch=run_batch,
+            warn=self.progress.warn,
+        )
+        return await training.run(dataset, resources)
 
     async def _fit_async(
         self,
@@ -430,8 +382,8 @@ class Trainer:
             requests = [RolloutRequest(input=task, mode=Mode.VAL, max_attempts=self.max_attempts) for task in dataset]
             rollouts = await self._run_batch(loop, requests, "dev")
             await loop.gateway.flush()
-            results = [await _dev_result(loop.store, rollout) for rollout in rollouts]
-        self.console.print(_dev_table(results))
+            results = [await dev_result(loop.store, rollout) for rollout in rollouts]
+        self.console.print(dev_table(results))
         return results
 
     # -- shared machinery -------------------------------------------------------------------------
@@ -531,58 +483,3 @@ class Trainer:
 
 def _named(store: Store | str) -> str:
     return store if isinstance(store, str) else type(store).__name__
-
-
-async def _dev_result(store: Store, rollout: Rollout) -> DevResult:
-    spans = await last_attempt_spans(store, rollout.rollout_id)
-    calls = [span for span in spans if span.kind is SpanKind.LLM]
-    answered = [span for span in calls if span.status_code != "ERROR"]
-    return DevResult(
-        rollout=rollout,
-        reward=episode_return(spans),
-        calls=len(calls),
-        failed_calls=len(calls) - len(answered),
-        retokenized_calls=sum(span.attributes.get(semconv.RETOKENIZED) is True for span in answered),
-        untrainable_calls=sum(semconv.RESPONSE_TOKEN_IDS not in span.attributes for span in answered),
-    )
-
-
-def _dev_table(results: Sequence[DevResult]) -> Table:
-    table = Table(title="relight dev", title_justify="left")
-    for column in ("rollout", "task", "status", "attempts", "reward", "calls", "tokens", "errors"):
-        # Ids, statuses and numbers are never cut (a narrow terminal wraps the task, tokens and errors instead).
-        table.add_column(
-            column,
-            justify="right" if column in ("attempts", "reward", "calls") else "left",
-            no_wrap=column not in ("task", "tokens", "errors"),
-        )
-    for result in results:
-        rollout = result.rollout
-        task = str(rollout.input)
-        errors = [f"{result.failed_calls} failed call(s)"] if result.failed_calls else []
-        if rollout.error:
-            errors.append(rollout.error.strip().splitlines()[-1])
-        style = "green" if rollout.status is RolloutStatus.SUCCEEDED else "red"
-        table.add_row(
-            rollout.rollout_id,
-            task if len(task) <= 40 else task[:39] + "…",
-            f"[{style}]{rollout.status.value}[/]",
-            str(rollout.attempt_count),
-            "—" if result.reward is None else f"{result.reward:.3f}",
-            str(result.calls),
-            _token_counts([result]),
-            "; ".join(errors),
-        )
-    if len(results) > 1:
-        table.caption = f"all {len(results)} tasks: {_token_counts(results)}"
-    return table
-
-
-def _token_counts(results: Sequence[DevResult]) -> str:
-    """How trainable the calls were: exact ids and logprobs, retokenized, or not trainable at all."""
-    counts = (
-        (sum(r.trainable_calls for r in results), "trainable", "green"),
-        (sum(r.retokenized_calls for r in results), "retokenized", "yellow"),
-        (sum(r.untrainable_calls for r in results), "untrainable", "red"),
-    )
-    return ", ".join(f"[{style}]{count} {label}[/]" for count, label, style in counts if count) or "—"

@@ -1,0 +1,68 @@
+"""What a training step enqueues and reports, the same in the synchronous and asynchronous loops.
+
+Both loops name a task's group ``step<n>-task<i>`` (so a run's groups line up whichever loop ran
+it), enqueue ``n_samples`` rollouts per group, and report a step's metrics under the same names in
+the same order: the ones the synchronous loop reports first, then each loop's own.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+
+from pydantic import JsonValue
+
+from relight.models import Resources, Rollout, RolloutRequest, RolloutStatus, Transition
+
+__all__ = ["group_id", "group_requests", "step_metrics"]
+
+
+def group_id(step: int, position: int) -> str:
+    """The group of the task at ``position`` in step ``step``'s batch."""
+    return f"step{step}-task{position}"
+
+
+def group_requests(
+    task: JsonValue, group: str, *, step: int, n_samples: int, max_attempts: int, resources: Resources
+) -> list[RolloutRequest]:
+    """The ``n_samples`` rollouts of one task's group, sampled by the policy ``resources`` publish."""
+    return [
+        RolloutRequest(
+            input=task,
+            group_id=group,
+            max_attempts=max_attempts,
+            resources_version=resources.version,
+            metadata={"step": step},
+        )
+        for _ in range(n_samples)
+    ]
+
+
+def step_metrics(
+    step: int,
+    learned: Mapping[str, float],
+    policy_version: int,
+    rollouts: Sequence[Rollout],
+    transitions: Sequence[Transition],
+    returns: Sequence[float],
+    *,
+    time_rollouts_s: float,
+    time_update_s: float,
+    counts: Mapping[str, float] | None = None,
+) -> dict[str, float]:
+    """A step's metrics: the algorithm's (``learned``), then what it trained on and how long it took.
+
+    ``counts`` (the synchronous loop's groups and sampling rounds) stand after the transitions.
+    """
+    return {
+        "step": step,
+        **{key: float(value) for key, value in learned.items()},
+        "policy_version": policy_version,
+        "rollouts": len(rollouts),
+        "rollouts_failed": sum(r.status is not RolloutStatus.SUCCEEDED for r in rollouts),
+        "transitions": len(transitions),
+        **(counts or {}),
+        "reward_mean": statistics.fmean(returns) if returns else 0.0,
+        "time_rollouts_s": time_rollouts_s,
+        "time_update_s": time_update_s,
+    }
