@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
+import anthropic
 import openai
 import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionMessageFunctionToolCall
@@ -41,7 +42,16 @@ from relight.gateway import Gateway, Upstream
 from relight.models import RolloutRequest, Span, SpanKind
 from relight.stores.memory import InMemoryStore
 
-__all__ = ["ADD_TOOL", "ClientCompatibility", "Policy", "Reference", "check_span", "serve_policy"]
+__all__ = [
+    "ADD_TOOL",
+    "ClientCompatibility",
+    "Policy",
+    "Reference",
+    "check_llm_span",
+    "check_recorded_span",
+    "check_span",
+    "serve_policy",
+]
 
 Json = dict[str, Any]
 
@@ -62,6 +72,8 @@ ADD_TOOL: Json = {
 QUESTION: list[Json] = [{"role": "user", "content": "What is 2 + 3? Answer in one short sentence."}]
 SHORT = 12
 """Tokens per answer: enough to see an answer, few enough to keep a CPU model quick."""
+GREEDY: Json = {"temperature": 0}
+"""For clients whose signature no longer takes ``temperature`` (``anthropic`` 2): sent as an extra field."""
 
 
 class Reference(Protocol):
@@ -154,16 +166,37 @@ def check_span(
     text: str | None = None,
 ) -> None:
     """Hold an LLM span to what makes it trainable (see the module docstring); ``text`` is what the client got."""
+    check_llm_span(policy.reference, span, messages=messages, tools=tools, text=text, retokenized=policy.retokenized)
+
+
+def check_recorded_span(reference: Reference, span: Span, *, retokenized: bool = False) -> None:
+    """:func:`check_llm_span` against the messages and tools the span recorded (what a framework sent)."""
+    messages = json.loads(cast(str, span.attributes[semconv.GEN_AI_INPUT_MESSAGES]))
+    tools_text = span.attributes.get(semconv.GEN_AI_TOOL_DEFINITIONS)
+    tools = json.loads(tools_text) if isinstance(tools_text, str) else None
+    check_llm_span(reference, span, messages=messages, tools=tools, retokenized=retokenized)
+
+
+def check_llm_span(
+    reference: Reference,
+    span: Span,
+    *,
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    text: str | None = None,
+    retokenized: bool = False,
+) -> None:
+    """:func:`check_span` given the model's reference and whether its upstream gives token ids."""
     attributes = span.attributes
     assert span.status_code == "OK", span.status_message
     prompt = cast(list[int], attributes[semconv.PROMPT_TOKEN_IDS])
     response = cast(list[int], attributes[semconv.RESPONSE_TOKEN_IDS])
-    assert prompt == policy.reference.prompt_ids(messages, tools)
+    assert prompt == reference.prompt_ids(messages, tools)
     if text is not None:
-        assert policy.reference.decode(response).startswith(text)
+        assert reference.decode(response).startswith(text)
     logprobs = attributes.get(semconv.RESPONSE_LOGPROBS)
-    assert attributes[semconv.RETOKENIZED] is policy.retokenized
-    if policy.retokenized:
+    assert attributes[semconv.RETOKENIZED] is retokenized
+    if retokenized:
         assert logprobs is None
     else:
         assert isinstance(logprobs, list)
@@ -172,7 +205,7 @@ def check_span(
     assert attributes[semconv.GEN_AI_USAGE_OUTPUT_TOKENS] == len(response)
     finish = cast(list[str], attributes[semconv.GEN_AI_RESPONSE_FINISH_REASONS])
     if finish[0] in ("stop", "tool_calls") and not attributes.get("gen_ai.request.stop_sequences"):
-        assert response[-1] == policy.reference.end_of_turn
+        assert response[-1] == reference.end_of_turn
 
 
 def _forced_call(policy: Policy, client: openai.OpenAI, tool_choice: Any) -> Choice:
@@ -403,3 +436,45 @@ class ClientCompatibility:
         chat_history = [history[0], call_turn, {"role": "tool", "tool_call_id": "call_1", "content": "5"}]
         chat_tools = [{"type": "function", "function": {"name": "add", "parameters": tool["parameters"]}}]
         check_span(policy, spans[2], messages=chat_history, tools=chat_tools, text=after.output_text)
+
+    def test_anthropic_tool_round_trip(self, policy: Policy) -> None:
+        """The ``anthropic`` client through ``/v1/messages``: a forced ``tool_use``, then its ``tool_result``."""
+        attempt = policy.attempt()
+        tool: Json = {
+            "name": "add",
+            "description": "Add two integers.",
+            "input_schema": ADD_TOOL["function"]["parameters"],
+        }
+        base_url = policy.base_url(attempt).removesuffix("/v1")
+        with anthropic.Anthropic(base_url=base_url, api_key="unused", max_retries=0) as client:
+            first = client.messages.create(
+                model=policy.model,
+                max_tokens=40,
+                messages=cast(Any, QUESTION),
+                tools=cast(Any, [tool]),
+                tool_choice={"type": "tool", "name": "add"},
+                extra_body=GREEDY,
+            )
+            assert first.stop_reason == "tool_use"
+            (use,) = [block for block in first.content if isinstance(block, anthropic.types.ToolUseBlock)]
+            assert use.name == "add"
+            assert set(cast(Json, use.input)) == {"a", "b"}
+            history: list[Json] = [
+                *QUESTION,
+                {"role": "assistant", "content": [block.model_dump(exclude_none=True) for block in first.content]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "5"}]},
+            ]
+            client.messages.create(
+                model=policy.model,
+                max_tokens=SHORT,
+                messages=cast(Any, history),
+                tools=cast(Any, [tool]),
+                extra_body=GREEDY,
+            )
+        spans = policy.spans(attempt)
+        assert len(spans) == 2
+        for span in spans:
+            check_recorded_span(policy.reference, span, retokenized=policy.retokenized)
+        sent = json.loads(cast(str, spans[1].attributes[semconv.GEN_AI_INPUT_MESSAGES]))
+        assert [message["role"] for message in sent] == ["user", "assistant", "tool"]
+        assert [call["id"] for call in sent[1]["tool_calls"]] == [use.id] == [sent[2]["tool_call_id"]]
