@@ -33,7 +33,6 @@ import relight
 from relight_torch.demo.agent import calculator_agent
 from relight_torch.demo.calculator import problems
 from relight_torch.demo.run import Recipe, warm_start
-from relight_torch.grpo import GRPO
 from relight_torch.tiny import tiny_engine
 
 
@@ -41,16 +40,9 @@ async def measure(recipe: Recipe, store_path: Path) -> dict[str, Any]:
     """Run the demo's RL loop for ``recipe.iterations`` iterations and time its parts."""
     with tiny_engine(seed=recipe.seed) as engine:
         warm_start(engine, recipe, Console(file=io.StringIO()))
-        algorithm = GRPO(engine, lr=recipe.lr, seed=recipe.seed)
+        algorithm = recipe.grpo(engine)
         store = relight.open_store(f"sqlite:///{store_path}")
-        trainer = relight.Trainer(
-            algorithm,
-            store=store,
-            batch_size=recipe.tasks_per_iteration,
-            n_samples=recipe.samples_per_task,
-            concurrency=recipe.tasks_per_iteration * recipe.samples_per_task,
-            console=Console(quiet=True),
-        )
+        trainer = recipe.trainer(algorithm, store=store, console=Console(quiet=True))
         count = recipe.iterations * recipe.tasks_per_iteration
         tasks = [{**p.as_task(), "temperature": 1.0} for p in problems(count, seed=recipe.seed + 1)]
         began = time.perf_counter()

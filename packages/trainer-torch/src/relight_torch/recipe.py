@@ -76,6 +76,27 @@ class Recipe:
         return replace(self, demonstrations=2, sft_steps=1, sft_batch_size=2, iterations=2, tasks_per_iteration=2,
                        samples_per_task=2, eval_tasks=2)  # fmt: skip
 
+    def grpo(self, engine: TorchEngine, callbacks: Sequence[UpdateCallback] = ()) -> GRPO:
+        """GRPO on ``engine`` with this recipe's learning rate, clip, seed and token budget."""
+        return GRPO(
+            engine, lr=self.lr, clip=self.clip, seed=self.seed, token_budget=self.token_budget, callbacks=callbacks
+        )
+
+    def trainer(self, algorithm: GRPO, **options: Any) -> relight.Trainer:
+        """A trainer whose steps are this recipe's iterations, validating before the first and after the last.
+
+        A step is ``tasks_per_iteration`` tasks sampled ``samples_per_task`` times each, all at once;
+        ``options`` are the rest of :class:`relight.Trainer`'s (run folder, console, store, transitions).
+        """
+        return relight.Trainer(
+            algorithm,
+            batch_size=self.tasks_per_iteration,
+            n_samples=self.samples_per_task,
+            concurrency=self.tasks_per_iteration * self.samples_per_task,
+            val_every=self.iterations,
+            **options,
+        )
+
 
 async def demonstrations(
     agent: Agent, tasks: Sequence[Mapping[str, JsonValue]], script: Script, *, roles: RoleFilter = None
@@ -169,24 +190,8 @@ def train_agent(
     train_tasks = [{**task, "temperature": recipe.train_temperature} for task in _cycle(train, count, rng)]
     val_tasks = [{**task, "temperature": 0.0} for task in list(val)[: recipe.eval_tasks]]
     tracker = _TokenCount()
-    algorithm = GRPO(
-        engine,
-        lr=recipe.lr,
-        clip=recipe.clip,
-        seed=recipe.seed,
-        token_budget=recipe.token_budget,
-        callbacks=[tracker, *callbacks],
-    )
-    trainer = relight.Trainer(
-        algorithm,
-        run_dir=out,
-        batch_size=recipe.tasks_per_iteration,
-        n_samples=recipe.samples_per_task,
-        concurrency=recipe.tasks_per_iteration * recipe.samples_per_task,
-        val_every=recipe.iterations,
-        transitions=TransitionBuilder(roles=roles),
-        console=console,
-    )
+    algorithm = recipe.grpo(engine, callbacks=[tracker, *callbacks])
+    trainer = recipe.trainer(algorithm, run_dir=out, transitions=TransitionBuilder(roles=roles), console=console)
     history = trainer.fit(agent, train_tasks, val_tasks)
     generation = asyncio.run(_generation_counts(out / "store.db"))
     validations = [row for row in history if "val_reward_mean" in row]

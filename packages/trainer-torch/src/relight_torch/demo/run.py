@@ -39,6 +39,7 @@ from relight_torch.demo.agent import calculator_agent
 from relight_torch.demo.calculator import TOOLS, demonstration, problems
 from relight_torch.engine import TorchEngine
 from relight_torch.grpo import GRPO
+from relight_torch.recipe import Recipe as ExampleRecipe
 from relight_torch.sft import SFT, conversation_samples
 from relight_torch.tiny import tiny_engine
 
@@ -46,10 +47,13 @@ __all__ = ["Recipe", "run_demo", "warm_start"]
 
 
 @dataclass(frozen=True, slots=True)
-class Recipe:
-    """Everything that decides the demo's outcome; the defaults are the tested recipe."""
+class Recipe(ExampleRecipe):
+    """Everything that decides the demo's outcome; the defaults are the tested recipe.
 
-    seed: int = 0
+    The examples' :class:`relight_torch.recipe.Recipe`, with the tiny model's own defaults: its
+    demonstrations are written here (``demonstrations`` of them), not recorded from scripted runs.
+    """
+
     demonstrations: int = 3000
     tool_fraction: float = 0.2
     """Share of demonstrations that use the calculator; the rest answer from memory."""
@@ -60,8 +64,8 @@ class Recipe:
     tasks_per_iteration: int = 16
     samples_per_task: int = 8
     lr: float = 5e-4
-    clip: float = 0.2
     eval_tasks: int = 64
+    token_budget: int = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +93,7 @@ def run_demo(recipe: Recipe, out: Path, console: Console | None = None) -> dict[
     )
     try:
         warm_start(engine, recipe, console)
-        algorithm = GRPO(engine, lr=recipe.lr, clip=recipe.clip, seed=recipe.seed)
+        algorithm = recipe.grpo(engine)
         initial, final = asyncio.run(_reinforce(algorithm, recipe, out, console))
     finally:
         engine.close()
@@ -111,17 +115,9 @@ def run_demo(recipe: Recipe, out: Path, console: Console | None = None) -> dict[
 
 async def _reinforce(algorithm: GRPO, recipe: Recipe, out: Path, console: Console) -> tuple[Evaluation, Evaluation]:
     """GRPO through relight's trainer, runner, gateway and store; returns the greedy evaluations before and after."""
-    trainer = relight.Trainer(
-        algorithm,
-        batch_size=recipe.tasks_per_iteration,
-        n_samples=recipe.samples_per_task,
-        concurrency=recipe.tasks_per_iteration * recipe.samples_per_task,
-        val_every=recipe.iterations,
-        run_dir=out,
-        console=console,
-    )
+    trainer = recipe.trainer(algorithm, run_dir=out, console=console)
     count = recipe.iterations * recipe.tasks_per_iteration
-    train = [{**p.as_task(), "temperature": 1.0} for p in problems(count, seed=recipe.seed + 1)]
+    train = [{**p.as_task(), "temperature": recipe.train_temperature} for p in problems(count, seed=recipe.seed + 1)]
     val = [{**p.as_task(), "temperature": 0.0} for p in problems(recipe.eval_tasks, seed=10_000, split="eval")]
     await trainer.afit(calculator_agent, train, val)
     store = relight.open_store(RunFolder(out).store_url)
