@@ -4,8 +4,6 @@ restarted on its SQLite file, Trainer.fit's runner processes killed (one, then a
 import asyncio
 import io
 import signal
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,60 +12,17 @@ from pydantic import JsonValue
 from rich.console import Console
 
 from relight import Trainer, semconv
-from relight._server import AsgiServer
 from relight.gateway import Gateway
 from relight.models import AttemptStatus, Rollout, RolloutRequest, RolloutStatus, SpanKind
 from relight.runner import RunnerProcesses
 from relight.store import Store
 from relight.stores.http import HttpStore
-from relight.stores.http.server import create_app
-from relight.stores.memory import InMemoryStore
 from relight.supervisor import RunnersDiedError
 from relight.testing.agents import CALLS, three_calls
 from relight.testing.algorithms import RecordingAlgorithm
 from relight.testing.faults import StoreServerProcess
-from relight.testing.upstream import ScriptedUpstream, ScriptRequest, echo
-
-
-@dataclass
-class Shared:
-    store: InMemoryStore
-    store_url: str
-    gateway: Gateway
-    upstream: ScriptedUpstream
-
-
-@pytest.fixture
-async def shared() -> AsyncIterator[Shared]:
-    store = InMemoryStore()
-    async with (
-        AsgiServer(create_app(store, max_poll_seconds=1.0)) as store_server,
-        ScriptedUpstream() as upstream,
-        Gateway(store, [upstream.base_url]) as gateway,
-    ):
-        yield Shared(store, store_server.url, gateway, upstream)
-
-
-def first_calls_reach(upstream: ScriptedUpstream, count: int, marker: str) -> asyncio.Event:
-    """An event set once ``count`` first calls of tasks whose text holds ``marker`` have been served."""
-    reached = asyncio.Event()
-    seen = 0
-
-    def script(request: ScriptRequest) -> Any:
-        nonlocal seen
-        if request.turn == 0 and marker in request.last_user:
-            seen += 1
-            if seen == count:
-                reached.set()
-        return echo(request)
-
-    upstream.script = script
-    return reached
-
-
-async def enqueue(store: Store, tasks: list[dict[str, Any]], max_attempts: int) -> list[str]:
-    rollouts = await store.enqueue([RolloutRequest(input=task, max_attempts=max_attempts) for task in tasks])
-    return [rollout.rollout_id for rollout in rollouts]
+from relight.testing.runners import Shared
+from relight.testing.upstream import ScriptedUpstream, first_calls_reach
 
 
 async def whole(store: Store, rollout: Rollout) -> None:
@@ -83,8 +38,8 @@ async def whole(store: Store, rollout: Rollout) -> None:
 
 @pytest.mark.slow
 async def test_hung_sync_agents_cost_no_slot_and_sigterm_still_stops_the_runner(shared: Shared) -> None:
-    hung = await enqueue(shared.store, [{"text": f"hung-{i}", "hang": True} for i in range(3)], max_attempts=1)
-    fine = await enqueue(shared.store, [{"text": f"fine-{i}"} for i in range(6)], max_attempts=1)
+    hung = await shared.enqueue([{"text": f"hung-{i}", "hang": True} for i in range(3)], max_attempts=1)
+    fine = await shared.enqueue([{"text": f"fine-{i}"} for i in range(6)], max_attempts=1)
     options: dict[str, Any] = {"gateway_url": shared.gateway.url, "model": "scripted", "concurrency": 2}
     timing_out = RunnerProcesses(1, three_calls, shared.store_url, timeout=3.0, **options)
     timing_out.start()
@@ -103,7 +58,7 @@ async def test_hung_sync_agents_cost_no_slot_and_sigterm_still_stops_the_runner(
     # No timeout now: SIGTERM must stop a runner whose every agent hangs, within its grace.
     stuck = RunnerProcesses(1, three_calls, shared.store_url, stop_grace_seconds=0.5, **options)
     in_flight = first_calls_reach(shared.upstream, 2, "last")
-    last = await enqueue(shared.store, [{"text": f"last-{i}", "hang": True} for i in range(2)], max_attempts=2)
+    last = await shared.enqueue([{"text": f"last-{i}", "hang": True} for i in range(2)], max_attempts=2)
     stuck.start()
     try:
         await in_flight.wait()
@@ -126,7 +81,8 @@ async def test_a_store_server_killed_and_restarted_mid_run_loses_nothing(tmp_pat
     try:
         async with ScriptedUpstream() as upstream, Gateway(store, [upstream.base_url]) as gateway:
             halfway = first_calls_reach(upstream, count // 3, "task")
-            ids = await enqueue(store, [{"text": f"task-{i}"} for i in range(count)], max_attempts=3)
+            requests = [RolloutRequest(input={"text": f"task-{i}"}, max_attempts=3) for i in range(count)]
+            ids = [rollout.rollout_id for rollout in await store.enqueue(requests)]
             options: dict[str, Any] = {"gateway_url": gateway.url, "model": "scripted", "concurrency": 4}
             runners = RunnerProcesses(2, three_calls, server.url, **options)
             runners.start()

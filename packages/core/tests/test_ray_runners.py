@@ -1,20 +1,17 @@
 """Runner actors on a real local Ray cluster; one actor killed in the middle of its rollouts."""
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from relight._server import AsgiServer
 from relight.errors import ConfigError
-from relight.gateway import Gateway
 from relight.models import AttemptStatus, RolloutRequest, RolloutStatus, SpanKind
 from relight.ray_runners import RayRunners, agent_path, reachable
-from relight.stores.http.server import create_app
-from relight.stores.memory import InMemoryStore
 from relight.testing.agents import CALLS, three_calls
-from relight.testing.upstream import ScriptedUpstream, ScriptRequest, echo
+from relight.testing.runners import Shared
+from relight.testing.upstream import first_calls_reach
 
 ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'relight[ray]'")
 
@@ -43,36 +40,14 @@ def test_agents_travel_by_import_path() -> None:
     assert reachable("http://127.0.0.1:8000", "10.0.0.5") == "http://127.0.0.1:8000"
 
 
-@pytest.fixture
-async def loop() -> AsyncIterator[tuple[InMemoryStore, str, Gateway, ScriptedUpstream]]:
-    store = InMemoryStore()
-    async with (
-        AsgiServer(create_app(store, max_poll_seconds=1.0)) as server,
-        ScriptedUpstream() as upstream,
-        Gateway(store, [upstream.base_url]) as gateway,
-    ):
-        yield store, server.url, gateway, upstream
-
-
 @pytest.mark.slow
 @pytest.mark.usefixtures("cluster")
 async def test_an_actor_killed_mid_rollout_is_restarted_and_nothing_is_lost(
-    loop: tuple[InMemoryStore, str, Gateway, ScriptedUpstream],
+    shared: Shared,
 ) -> None:
-    store, store_url, gateway, upstream = loop
+    store, store_url, gateway = shared.store, shared.store_url, shared.gateway
     count = 4
-    first_calls = 0
-    all_in_flight = asyncio.Event()
-
-    def script(request: ScriptRequest) -> Any:
-        nonlocal first_calls
-        if request.turn == 0 and "hang" in request.last_user:
-            first_calls += 1
-            if first_calls == count:
-                all_in_flight.set()
-        return echo(request)
-
-    upstream.script = script
+    all_in_flight = first_calls_reach(shared.upstream, count, "hang")
     runners = RayRunners(1, address=None, num_cpus=0.5)
     options = {"gateway_url": gateway.url, "model": "scripted", "concurrency": count, "lease_seconds": 1.0}
     await asyncio.to_thread(runners.start, three_calls, store_url, **options)

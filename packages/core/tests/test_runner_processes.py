@@ -1,55 +1,13 @@
 """Runner processes sharing one store over HTTP; one of them killed with SIGKILL in the middle of its rollouts."""
 
 import asyncio
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from typing import Any
-
-import pytest
 
 from relight import semconv
-from relight._server import AsgiServer
-from relight.gateway import Gateway
-from relight.models import AttemptStatus, Rollout, RolloutRequest, RolloutStatus, SpanKind
-from relight.runner import RunnerProcesses
-from relight.stores.http.server import create_app
-from relight.stores.memory import InMemoryStore
-from relight.testing.agents import CALLS, three_calls
-from relight.testing.upstream import ScriptedUpstream, ScriptRequest, echo
+from relight.models import AttemptStatus, RolloutStatus, SpanKind
+from relight.testing.agents import CALLS
+from relight.testing.runners import Shared
+from relight.testing.upstream import first_calls_reach
 from relight.transitions import TransitionBuilder
-
-
-@dataclass
-class Shared:
-    store: InMemoryStore
-    store_url: str
-    gateway: Gateway
-    upstream: ScriptedUpstream
-
-    def runners(self, count: int, **options: Any) -> RunnerProcesses:
-        return RunnerProcesses(
-            count, three_calls, self.store_url, gateway_url=self.gateway.url, model="scripted", **options
-        )
-
-    async def enqueue(self, tasks: list[Any]) -> list[str]:
-        rollouts = await self.store.enqueue([RolloutRequest(input=task, max_attempts=3) for task in tasks])
-        return [r.rollout_id for r in rollouts]
-
-    async def finish(self, ids: list[str]) -> list[Rollout]:
-        rollouts = await self.store.wait(ids, timeout=120)
-        await self.gateway.flush()
-        return rollouts
-
-
-@pytest.fixture
-async def shared() -> AsyncIterator[Shared]:
-    store = InMemoryStore()
-    async with (
-        AsgiServer(create_app(store)) as store_server,
-        ScriptedUpstream() as upstream,
-        Gateway(store, [upstream.base_url]) as gateway,
-    ):
-        yield Shared(store, store_server.url, gateway, upstream)
 
 
 async def test_rollouts_spread_over_runner_processes(shared: Shared) -> None:
@@ -69,18 +27,7 @@ async def test_rollouts_spread_over_runner_processes(shared: Shared) -> None:
 
 async def test_a_runner_killed_mid_rollout_loses_nothing(shared: Shared) -> None:
     count = 6
-    first_calls = 0
-    all_in_flight = asyncio.Event()
-
-    def script(request: ScriptRequest) -> Any:
-        nonlocal first_calls
-        if request.turn == 0 and "hang" in request.last_user:
-            first_calls += 1
-            if first_calls == count:
-                all_in_flight.set()
-        return echo(request)
-
-    shared.upstream.script = script
+    all_in_flight = first_calls_reach(shared.upstream, count, "hang")
     ids = await shared.enqueue([{"text": f"hang-{i}", "hang_first_attempt": True} for i in range(count)])
     doomed = shared.runners(1, concurrency=count, lease_seconds=1.0)
     doomed.start()
