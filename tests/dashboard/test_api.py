@@ -120,6 +120,25 @@ async def test_the_list_filters_by_every_field(client: httpx.AsyncClient, store:
     assert await ids(mode="train", status="succeeded") <= await ids(reason="filtered role")
 
 
+async def test_the_lists_reasons_are_what_the_spans_say(client: httpx.AsyncClient, store: Store, trained: Any) -> None:
+    """The list reads reasons off the store's summaries; judging every rollout's spans must agree."""
+    rows = {row["rollout_id"]: row for row in (await get(client, "/api/rollouts", limit=500))["rows"]}
+    judged: dict[str, dict[str, int]] = {}
+    for rollout in await store.list_rollouts():
+        attempts = await store.list_attempts(rollout.rollout_id)
+        spans = await store.query_spans(rollout.rollout_id)
+        verdict = trained.builder.explain_spans(rollout, attempts[-1:], spans)
+        judged[rollout.rollout_id] = {reason.value: count for reason, count in verdict.reasons().items()}
+        assert rows[rollout.rollout_id]["trained"] == sum(call.trained for call in verdict.calls)
+        assert rows[rollout.rollout_id]["calls"] == len(verdict.calls)
+    assert {rollout_id: row["reasons"] for rollout_id, row in rows.items()} == judged
+    seen = {reason for reasons in judged.values() for reason in reasons}
+    assert seen >= {Reason.FAILED_ROLLOUT, Reason.VALIDATION, Reason.FILTERED_ROLE}
+    for reason in Reason:
+        page = await get(client, "/api/rollouts", limit=500, reason=reason.value)
+        assert {row["rollout_id"] for row in page["rows"]} == {i for i, r in judged.items() if reason in r}, reason
+
+
 async def test_pages_cover_the_list_once(client: httpx.AsyncClient) -> None:
     total = (await get(client, "/api/rollouts", limit=1))["total"]
     seen: list[str] = []

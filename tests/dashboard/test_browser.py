@@ -92,7 +92,7 @@ async def test_the_runs_page_draws_the_reward_curve(page: Any, dashboard: Dashbo
 
 
 async def test_the_rollout_list_filters_and_paginates(page: Any, dashboard: Dashboard, trained: Any) -> None:
-    total = len(dashboard.catalog.rows)
+    total = dashboard.catalog.count
     await page.goto(f"{dashboard.url}#/rollouts?limit=5")
     rows = page.locator("[data-testid=rollouts] tbody tr")
     await page.wait_for_selector("[data-testid=rollouts] tbody tr")
@@ -112,7 +112,7 @@ async def test_the_rollout_list_filters_and_paginates(page: Any, dashboard: Dash
     assert set(await page.locator("[data-testid=rollouts] tbody .status").all_inner_texts()) == {"failed"}
     assert "#/rollouts?status=failed" in page.url  # the filter is in the address: a link keeps it
 
-    validations = sum(row.rollout.mode is Mode.VAL for row in dashboard.catalog.rows)
+    validations = len(await dashboard.catalog.store.list_rollouts(mode=Mode.VAL))
     await page.goto(f"{dashboard.url}#/rollouts?reason=validation%20rollout&limit=500")
     await page.wait_for_function(
         f"document.querySelector('[data-testid=range]')?.textContent === '1–{validations} of {validations}'"

@@ -14,8 +14,10 @@ from relight.errors import ConfigError, StoreError
 from relight.models import AttemptStatus, RolloutRequest, RolloutStatus
 from relight.store import Store
 from relight.stores.http import HttpStore
+from relight.summaries import SummaryFilter
 from relight.testing.postgres import PostgresServer, postgres_unavailable
 from relight.testing.store import SETTLE, ManualClock, StoreConformance, make_span
+from relight.testing.store_summaries import fill_varied, summaries_from_spans
 
 _UNAVAILABLE = postgres_unavailable()
 pytestmark = pytest.mark.skipif(_UNAVAILABLE is not None, reason=_UNAVAILABLE or "")
@@ -86,7 +88,8 @@ async def test_the_schema_is_versioned_and_a_newer_one_is_refused(database: str)
     finally:
         await reopened.close()
     with psycopg.connect(database, autocommit=True) as conn:
-        assert conn.execute("SELECT version FROM relight_schema").fetchall() == [(SCHEMA_VERSION,)]
+        versions = conn.execute("SELECT version FROM relight_schema ORDER BY version").fetchall()
+        assert versions == [(version,) for version in range(1, SCHEMA_VERSION + 1)]
         conn.execute("INSERT INTO relight_schema VALUES (%s)", (SCHEMA_VERSION + 1,))
     newer = PostgresStore(database, retry=RetryPolicy(attempts=1))
     try:
@@ -94,6 +97,26 @@ async def test_the_schema_is_versioned_and_a_newer_one_is_refused(database: str)
             await newer.stats()
     finally:
         await newer.close()
+
+
+async def test_a_database_made_before_summaries_gets_them_when_migrated(database: str) -> None:
+    store = PostgresStore(database)
+    await fill_varied(store)
+    expected = await summaries_from_spans(store)
+    await store.close()
+    with psycopg.connect(database, autocommit=True) as conn:  # as the previous release's schema left it
+        conn.execute("DROP TABLE relight_summaries")
+        conn.execute("DROP SEQUENCE relight_summary_changes")
+        conn.execute("DELETE FROM relight_schema WHERE version > 1")
+    migrated = PostgresStore(database)
+    try:
+        page = await migrated.list_summaries(limit=1000)
+        assert [summary.model_copy(update={"changed": 0}) for summary in page.rows] == expected
+        (rollout, *_) = await migrated.enqueue([RolloutRequest(input="new")])
+        after = await migrated.list_summaries(SummaryFilter(changed_after=page.changed))
+        assert [summary.rollout for summary in after.rows] == [rollout]
+    finally:
+        await migrated.close()
 
 
 async def test_urls_and_options_are_checked(database: str) -> None:

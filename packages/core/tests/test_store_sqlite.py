@@ -11,7 +11,9 @@ from relight.errors import ConfigError, NotFoundError
 from relight.models import AttemptStatus, RolloutRequest
 from relight.store import Store
 from relight.stores.sqlite import SqliteStore
+from relight.summaries import SummaryFilter
 from relight.testing.store import ManualClock, StoreConformance, make_span
+from relight.testing.store_summaries import fill_varied, summaries_from_spans
 
 
 class TestSqliteStore(StoreConformance):
@@ -44,6 +46,28 @@ async def test_everything_survives_reopening(tmp_path: Path) -> None:
         assert (await reopened.get_resources()).items == {"model": "m"}
         order = [claimed[0].rollout_id for _ in range(3) if (claimed := await reopened.claim("w2")) is not None]
         assert order == [second.rollout_id, third.rollout_id, first.rollout_id]
+    finally:
+        await reopened.close()
+
+
+async def test_a_file_made_before_summaries_gets_them_on_open(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    store = SqliteStore(path)
+    await fill_varied(store)
+    expected = await summaries_from_spans(store)
+    await store.close()
+    with sqlite3.connect(path) as old:  # as a store of the previous release left it
+        old.execute("DROP TABLE summaries")
+        old.execute("DELETE FROM counters WHERE name = 'summaries'")
+
+    reopened = SqliteStore(path)
+    try:
+        page = await reopened.list_summaries(limit=1000)
+        assert [summary.model_copy(update={"changed": 0}) for summary in page.rows] == expected
+        assert len({summary.changed for summary in page.rows}) == len(expected)
+        (rollout, *_) = await reopened.enqueue([RolloutRequest(input="new")])
+        after = await reopened.list_summaries(SummaryFilter(changed_after=page.changed))
+        assert [summary.rollout for summary in after.rows] == [rollout]
     finally:
         await reopened.close()
 

@@ -22,7 +22,7 @@ from relight.store import Store
 
 __all__ = ["DROPPED_SPAN", "DropReason", "dropped_reason", "mark_dropped"]
 
-DROPPED_SPAN = "relight.dropped"
+DROPPED_SPAN = semconv.DROPPED_SPAN
 
 
 class DropReason(StrEnum):

@@ -24,6 +24,7 @@ from relight.models import (
     Span,
     StoreStats,
 )
+from relight.summaries import SummaryFilter, SummaryPage
 
 __all__ = ["DEFAULT_LEASE_SECONDS", "Store"]
 
@@ -98,6 +99,16 @@ class Store(Protocol):
         offset: int = 0,
     ) -> list[Rollout]:
         """Rollouts in the order they were enqueued."""
+        ...
+
+    async def list_summaries(
+        self, where: SummaryFilter | None = None, *, limit: int = 50, offset: int = 0
+    ) -> SummaryPage:
+        """Rollout summaries (see :mod:`relight.summaries`) that pass ``where``, one page of them.
+
+        Newest enqueued first; with ``where.changed_after``, in the order they changed. Kept by the
+        store as it writes, so this never reads spans.
+        """
         ...
 
     async def list_attempts(self, rollout_id: str) -> list[Attempt]:

@@ -6,7 +6,7 @@ serves it beside a run; ``relight dashboard --store URL`` serves it alone.
 """
 
 from relight.dashboard.app import create_app
-from relight.dashboard.catalog import Catalog, RolloutFilter, RolloutRow
+from relight.dashboard.catalog import Catalog
 from relight.dashboard.server import DEFAULT_PORT, Dashboard, decoder_of
 
-__all__ = ["DEFAULT_PORT", "Catalog", "Dashboard", "RolloutFilter", "RolloutRow", "create_app", "decoder_of"]
+__all__ = ["DEFAULT_PORT", "Catalog", "Dashboard", "create_app", "decoder_of"]

@@ -30,11 +30,14 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from relight.dashboard.catalog import Catalog, RolloutFilter
+from relight.dashboard.catalog import Catalog, row_json
 from relight.dashboard.detail import Decoder, rollout_detail
+from relight.dashboard.reasons import both, reason_filter
 from relight.errors import RelightError
 from relight.models import Mode, RolloutStatus
 from relight.stores.http._wire import status_of
+from relight.summaries import SummaryFilter
+from relight.transitions import TransitionBuilder
 from relight.verdicts import Reason
 
 __all__ = ["STATIC", "create_app"]
@@ -64,8 +67,20 @@ class ListQuery(BaseModel):
     offset: Annotated[int, Field(ge=0)] = 0
     limit: Annotated[int, Field(ge=1, le=500)] = 50
 
-    def where(self) -> RolloutFilter:
-        return RolloutFilter(**self.model_dump(exclude={"offset", "limit"}))
+    def where(self, builder: TransitionBuilder, roles: set[str]) -> SummaryFilter:
+        """The store's filter: these fields, and the summaries a reason applies to (see :mod:`.reasons`)."""
+        where = SummaryFilter(
+            statuses=None if self.status is None else [self.status],
+            mode=self.mode,
+            group_id=self.group_id,
+            roles=None if self.role is None else [self.role],
+            step=self.step,
+            policy_version=self.policy_version,
+            min_reward=self.min_reward,
+            max_reward=self.max_reward,
+            min_attempts=self.min_attempts,
+        )
+        return where if self.reason is None else both(where, reason_filter(self.reason, builder, roles))
 
 
 def create_app(
@@ -89,7 +104,7 @@ def create_app(
         return JSONResponse(
             {
                 "stats": stats.model_dump(mode="json"),
-                "rollouts": len(catalog.rows),
+                "rollouts": catalog.count,
                 "pending": catalog.pending,
                 "version": catalog.version,
                 "roles": catalog.builder.roles if isinstance(catalog.builder.roles, str | None) else None,
@@ -103,13 +118,14 @@ def create_app(
 
     async def rollouts(request: Request) -> Response:
         query = ListQuery.model_validate(dict(request.query_params))
-        total, rows = catalog.select(query.where(), offset=query.offset, limit=query.limit)
+        where = query.where(catalog.builder, catalog.roles)
+        page = await catalog.page(where, offset=query.offset, limit=query.limit)
         return JSONResponse(
             {
-                "total": total,
+                "total": page.total,
                 "offset": query.offset,
                 "limit": query.limit,
-                "rows": [row.to_json() for row in rows],
+                "rows": [row_json(summary, catalog.builder) for summary in page.rows],
                 "pending": catalog.pending,
             }
         )

@@ -1,12 +1,11 @@
-"""The dashboard's index of a store's rollouts: one small row each, kept current by a light poll.
+"""The dashboard's view of a store: rollout pages straight from the store's summaries, curves kept by following them.
 
-The store protocol lists rollouts by status, mode and group; the dashboard also filters by reward,
-role, step, policy version, attempts and why calls were not trained, none of which a store indexes.
-So the catalog reads each rollout once (its attempts and spans, judged by
-:meth:`relight.transitions.TransitionBuilder.explain`) and keeps a :class:`RolloutRow`; finished
-rollouts never change again, so after the first pass a refresh reads only rollouts that are new or
-still unfinished. Filtering 100,000 rows in memory takes tens of milliseconds (see
-``benchmarks/dashboard_load.py``), and works the same over every backend.
+The rollout list is one query of :meth:`relight.store.Store.list_summaries` per page, whatever the
+store's size. The runs page's curves need every rollout, so the catalog keeps one small
+:class:`_Point` per rollout, brought up to date by reading the summaries that changed since the last
+refresh (a light poll: nothing when nothing moved). It re-reads a short window of changes behind
+the newest it saw, because a PostgreSQL transaction may commit after one that took a higher change
+number. Each refresh that moves something bumps :attr:`Catalog.version`, which the page follows.
 """
 
 from __future__ import annotations
@@ -14,144 +13,114 @@ from __future__ import annotations
 import asyncio
 import statistics
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
-from relight.models import Mode, Rollout, RolloutStatus
+from relight.dashboard.reasons import reasons_of
+from relight.models import Mode, RolloutStatus
 from relight.store import Store
-from relight.transitions import TransitionBuilder, episode_return
-from relight.verdicts import Reason, RolloutVerdict
+from relight.summaries import RolloutSummary, SummaryFilter, SummaryPage
+from relight.transitions import TransitionBuilder
 
-__all__ = ["Catalog", "RolloutFilter", "RolloutRow"]
+__all__ = ["Catalog", "row_json"]
 
 _PAGE = 1000
-"""Rollouts read per list call while catching up."""
-_JUDGE_CHUNK = 64
-"""Rollouts judged concurrently; the loop yields between chunks so requests are answered meanwhile."""
-
-
-@dataclass(slots=True)
-class RolloutRow:
-    """What the rollout list shows of one rollout, and filters on."""
-
-    position: int
-    """Its place in enqueue order."""
-    rollout: Rollout
-    judged: bool = False
-    """Whether its spans have been read: reward, roles, calls and reasons are known."""
-    reward: float | None = None
-    roles: tuple[str, ...] = ()
-    calls: int = 0
-    trained: int = 0
-    reasons: dict[str, int] = field(default_factory=dict[str, int])
-    """Calls left out, by :class:`relight.verdicts.Reason` value."""
-
-    @property
-    def step(self) -> int | None:
-        step = self.rollout.metadata.get("step")
-        return step if isinstance(step, int) else None
-
-    def to_json(self) -> dict[str, object]:
-        rollout = self.rollout
-        return {
-            "rollout_id": rollout.rollout_id,
-            "status": rollout.status.value,
-            "mode": rollout.mode.value,
-            "group_id": rollout.group_id,
-            "step": self.step,
-            "policy_version": rollout.resources_version,
-            "attempts": rollout.attempt_count,
-            "max_attempts": rollout.max_attempts,
-            "reward": self.reward,
-            "roles": list(self.roles),
-            "calls": self.calls,
-            "trained": self.trained,
-            "reasons": self.reasons,
-            "judged": self.judged,
-            "created_at": rollout.created_at,
-            "finished_at": rollout.finished_at,
-            "error": _last_line(rollout.error),
-        }
+"""Summaries read per call while catching up."""
+_WINDOW = 256
+"""Change numbers re-read behind the newest seen (transactions that committed out of number order)."""
 
 
 @dataclass(frozen=True, slots=True)
-class RolloutFilter:
-    """Which rows the list shows; every field left None matches all."""
+class _Point:
+    """What the curves need of one rollout."""
 
-    status: RolloutStatus | None = None
-    mode: Mode | None = None
-    group_id: str | None = None
-    role: str | None = None
-    step: int | None = None
-    policy_version: int | None = None
-    min_reward: float | None = None
-    max_reward: float | None = None
-    min_attempts: int | None = None
-    reason: Reason | None = None
-    """Only rollouts with at least one call left out for this reason."""
+    mode: Mode
+    version: int | None
+    step: int | None
+    status: RolloutStatus
+    reward: float | None
+    trained: int
+    reasons: tuple[tuple[str, int], ...]
+    created_at: float
+    finished_at: float | None
 
-    def predicates(self) -> list[Callable[[RolloutRow], bool]]:
-        """One test per field that is set, so unset fields cost nothing per row."""
-        tests: list[Callable[[RolloutRow], bool]] = []
-        if (status := self.status) is not None:
-            tests.append(lambda row: row.rollout.status is status)
-        if (mode := self.mode) is not None:
-            tests.append(lambda row: row.rollout.mode is mode)
-        if (group := self.group_id) is not None:
-            tests.append(lambda row: row.rollout.group_id == group)
-        if (role := self.role) is not None:
-            tests.append(lambda row: role in row.roles)
-        if (step := self.step) is not None:
-            tests.append(lambda row: row.step == step)
-        if (version := self.policy_version) is not None:
-            tests.append(lambda row: row.rollout.resources_version == version)
-        if (low := self.min_reward) is not None:
-            tests.append(lambda row: row.reward is not None and row.reward >= low)
-        if (high := self.max_reward) is not None:
-            tests.append(lambda row: row.reward is not None and row.reward <= high)
-        if (attempts := self.min_attempts) is not None:
-            tests.append(lambda row: row.rollout.attempt_count >= attempts)
-        if (reason := self.reason) is not None:
-            tests.append(lambda row: reason.value in row.reasons)
-        return tests
+
+def row_json(summary: RolloutSummary, builder: TransitionBuilder) -> dict[str, object]:
+    """A row of the rollout list."""
+    rollout = summary.rollout
+    reasons = reasons_of(summary, builder)
+    return {
+        "rollout_id": rollout.rollout_id,
+        "status": rollout.status.value,
+        "mode": rollout.mode.value,
+        "group_id": rollout.group_id,
+        "step": summary.step,
+        "policy_version": rollout.resources_version,
+        "attempts": rollout.attempt_count,
+        "max_attempts": rollout.max_attempts,
+        "reward": summary.reward,
+        "roles": sorted(summary.roles),
+        "calls": summary.calls,
+        "trained": summary.calls - sum(reasons.values()),
+        "reasons": {reason.value: count for reason, count in sorted(reasons.items())},
+        "created_at": rollout.created_at,
+        "finished_at": rollout.finished_at,
+        "error": _last_line(rollout.error),
+    }
 
 
 class Catalog:
-    """Rows for every rollout of ``store``, brought up to date by :meth:`refresh`.
+    """The store's rollouts as the dashboard shows them.
 
     Args:
-        builder: judges calls as the trainer does (its role filter, credit, ``include_failed``).
+        builder: judges calls as the trainer does (its role filter, ``include_failed``).
     """
 
     def __init__(self, store: Store, builder: TransitionBuilder | None = None) -> None:
         self.store = store
         self.builder = builder or TransitionBuilder()
-        self.rows: list[RolloutRow] = []
-        self._by_id: dict[str, RolloutRow] = {}
-        self._open: dict[str, RolloutRow] = {}
-        """Rows not yet judged for good: unfinished rollouts, and finished ones not read yet."""
+        self.roles: set[str] = set()
+        """Every role a role span has named: the reason filter's ``filtered role`` needs them."""
+        self.pending = 0
+        """Summaries not read yet (the first refresh of a large store reads them in pages)."""
         self.version = 0
-        """Bumped whenever a row changes; the live view refetches when it moves."""
+        """Bumped whenever a rollout changes; the live view refetches when it moves."""
+        self._points: dict[str, _Point] = {}
+        self._seen = 0
         self._lock = asyncio.Lock()
         self._moved = asyncio.Event()
         self._curves: tuple[int, list[dict[str, object]]] = (-1, [])
 
-    def row(self, rollout_id: str) -> RolloutRow | None:
-        return self._by_id.get(rollout_id)
-
     @property
-    def pending(self) -> int:
-        """Rows whose spans have not been read yet (the first pass over a large store takes a while)."""
-        return sum(not row.judged for row in self._open.values())
+    def count(self) -> int:
+        """Rollouts read so far."""
+        return len(self._points)
+
+    async def page(self, where: SummaryFilter, *, offset: int, limit: int) -> SummaryPage:
+        """One page of the rollout list, newest first: one query of the store."""
+        return await self.store.list_summaries(where, limit=limit, offset=offset)
 
     async def refresh(self) -> bool:
-        """Read what changed since the last refresh; returns whether anything did."""
+        """Read the summaries that changed since the last refresh; returns whether any rollout moved."""
         async with self._lock:
-            changed = await self._add_new()
-            changed |= await self._update_open()
-            if changed:
-                self._bump()
-            return changed
+            moved = False
+            after = max(0, self._seen - _WINDOW)
+            while True:
+                page = await self.store.list_summaries(SummaryFilter(changed_after=after), limit=_PAGE)
+                for summary in page.rows:
+                    point = _point(summary, self.builder)
+                    if self._points.get(summary.rollout.rollout_id) != point:
+                        self._points[summary.rollout.rollout_id] = point
+                        moved = True
+                    self.roles.update(summary.roles)
+                if page.rows:
+                    after = page.rows[-1].changed
+                    self._seen = max(self._seen, after)
+                self.pending = page.total - len(page.rows)
+                if moved:
+                    self._bump()  # a first read of a large store shows its progress as it goes
+                if len(page.rows) < _PAGE:
+                    return moved
 
     def _bump(self) -> None:
         self.version += 1
@@ -169,101 +138,54 @@ class Catalog:
                     waiting.cancel()
         return self.version != seen
 
-    async def _add_new(self) -> bool:
-        added = False
-        while True:
-            page = await self.store.list_rollouts(limit=_PAGE, offset=len(self.rows))
-            for rollout in page:
-                row = RolloutRow(len(self.rows), rollout)
-                self.rows.append(row)
-                self._by_id[rollout.rollout_id] = row
-                self._open[rollout.rollout_id] = row
-            added |= bool(page)
-            if len(page) < _PAGE:
-                return added
-
-    async def _update_open(self) -> bool:
-        """Re-read unfinished rollouts; judge those that have finished (and, once, those still running)."""
-        unfinished = [row for row in self._open.values() if not row.rollout.is_finished]
-        changed = False
-        if unfinished:
-            current = await self.store.wait([row.rollout.rollout_id for row in unfinished], timeout=0)
-            for row, rollout in zip(unfinished, current, strict=True):
-                if rollout != row.rollout:
-                    row.rollout, row.judged, changed = rollout, False, True
-        stale = [row for row in self._open.values() if not row.judged]
-        for start in range(0, len(stale), _JUDGE_CHUNK):
-            await asyncio.gather(*(self._judge(row) for row in stale[start : start + _JUDGE_CHUNK]))
-            self._bump()  # a first pass over a large store shows its progress as it goes
-            changed = True
-        for row in stale:
-            if row.rollout.is_finished:
-                del self._open[row.rollout.rollout_id]
-        return changed
-
-    async def _judge(self, row: RolloutRow) -> None:
-        rollout = row.rollout
-        attempts = await self.store.list_attempts(rollout.rollout_id)
-        spans = await self.store.query_spans(rollout.rollout_id, attempts[-1].attempt_id) if attempts else []
-        verdict = self.builder.explain_spans(rollout, attempts[-1:], spans, build=False)
-        fill(row, verdict, episode_return(spans))
-
-    # -- views --------------------------------------------------------------------------------
-
-    def select(self, where: RolloutFilter, *, offset: int, limit: int) -> tuple[int, list[RolloutRow]]:
-        """The total that match and one page of them, newest first."""
-        tests = where.predicates()
-        if not tests:  # the unfiltered list: a slice, whatever the store's size
-            end = max(0, len(self.rows) - offset)
-            return len(self.rows), self.rows[max(0, end - limit) : end][::-1]
-        if len(tests) == 1:
-            matching = list(filter(tests[0], reversed(self.rows)))
-        else:
-            matching = [row for row in reversed(self.rows) if all(test(row) for test in tests)]
-        return len(matching), matching[offset : offset + limit]
-
     def curves(self) -> list[dict[str, object]]:
         """Per policy version: train and validation reward, throughput, failures and what was kept.
 
         Computed once per :attr:`version`: every open page asks again at each change.
         """
         if self._curves[0] != self.version:
-            by_version: dict[int, list[RolloutRow]] = {}
-            for row in self.rows:
-                if row.rollout.resources_version is not None:
-                    by_version.setdefault(row.rollout.resources_version, []).append(row)
-            self._curves = (self.version, [_point(version, rows) for version, rows in sorted(by_version.items())])
+            by_version: dict[int, list[_Point]] = {}
+            for point in self._points.values():
+                if point.version is not None:
+                    by_version.setdefault(point.version, []).append(point)
+            self._curves = (self.version, [_curve_point(v, points) for v, points in sorted(by_version.items())])
         return self._curves[1]
 
 
-def fill(row: RolloutRow, verdict: RolloutVerdict, reward: float | None) -> None:
-    """Put what a verdict says into a row."""
-    row.reward = reward
-    row.roles = tuple(sorted({call.role for call in verdict.calls if call.role is not None}))
-    row.calls = len(verdict.calls)
-    row.trained = sum(call.trained for call in verdict.calls)
-    row.reasons = {reason.value: count for reason, count in verdict.reasons().items()}
-    row.judged = True
+def _point(summary: RolloutSummary, builder: TransitionBuilder) -> _Point:
+    rollout = summary.rollout
+    reasons = reasons_of(summary, builder)
+    return _Point(
+        mode=rollout.mode,
+        version=rollout.resources_version,
+        step=summary.step,
+        status=rollout.status,
+        reward=summary.reward,
+        trained=summary.calls - sum(reasons.values()),
+        reasons=tuple(sorted((reason.value, count) for reason, count in reasons.items())),
+        created_at=rollout.created_at,
+        finished_at=rollout.finished_at,
+    )
 
 
-def _point(version: int, rows: Sequence[RolloutRow]) -> dict[str, object]:
-    train = [row for row in rows if row.rollout.mode is Mode.TRAIN]
-    val = [row for row in rows if row.rollout.mode is Mode.VAL]
+def _curve_point(version: int, points: Sequence[_Point]) -> dict[str, object]:
+    train = [point for point in points if point.mode is Mode.TRAIN]
+    val = [point for point in points if point.mode is Mode.VAL]
     dropped: Counter[str] = Counter()
-    for row in train:
-        dropped.update(row.reasons)
-    finished = [row.rollout for row in train if row.rollout.finished_at is not None]
-    span = (max(r.finished_at or 0.0 for r in finished) - min(r.created_at for r in finished)) if finished else 0.0
+    for point in train:
+        dropped.update(dict(point.reasons))
+    finished = [point for point in train if point.finished_at is not None]
+    span = (max(p.finished_at or 0.0 for p in finished) - min(p.created_at for p in finished)) if finished else 0.0
     return {
         "policy_version": version,
-        "steps": sorted({row.step for row in train if row.step is not None}),
-        "train_reward": _mean(row.reward for row in train),
-        "val_reward": _mean(row.reward for row in val),
+        "steps": sorted({point.step for point in train if point.step is not None}),
+        "train_reward": _mean(point.reward for point in train),
+        "val_reward": _mean(point.reward for point in val),
         "train_rollouts": len(train),
         "val_rollouts": len(val),
         "rollouts_per_s": len(finished) / span if span > 0 else None,
-        "failed": sum(row.rollout.status is RolloutStatus.FAILED for row in rows),
-        "trained_calls": sum(row.trained for row in train),
+        "failed": sum(point.status is RolloutStatus.FAILED for point in points),
+        "trained_calls": sum(point.trained for point in train),
         "dropped_calls": sum(dropped.values()),
         "dropped": dict(dropped),
     }

@@ -14,6 +14,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import TupleRow
 
 from relight.models import Attempt, AttemptStatus, Rollout, RolloutStatus, Span
+from relight.stores import _pg_summaries as _summaries
 from relight.stores import _rules
 
 Conn = AsyncConnection[TupleRow]
@@ -97,6 +98,17 @@ async def check_repeats(conn: Conn, spans: Sequence[Span], columns: Sequence[lis
             raise _rules.conflicting_span(span)
 
 
+def inserted(spans: Sequence[Span], added: Sequence[TupleRow]) -> list[Span]:
+    """The spans whose keys an ``INSERT … RETURNING rollout_id, attempt_id, span_id`` returned (each once)."""
+    fresh = set(added)
+    kept: list[Span] = []
+    for span in spans:  # a span sent twice in one batch was inserted once
+        if (key := (span.rollout_id, span.attempt_id, span.span_id)) in fresh:
+            fresh.remove(key)
+            kept.append(span)
+    return kept
+
+
 def as_of(attempt: Attempt, now: float) -> Attempt:
     """The attempt as the store sees it at ``now``: a running one whose lease has run out has expired."""
     if attempt.status is AttemptStatus.RUNNING and attempt.lease_expires_at <= now:
@@ -114,6 +126,7 @@ async def save_rollout(tx: Tx, rollout: Rollout) -> None:
         "UPDATE relight_rollouts SET status = %s, data = %s WHERE rollout_id = %s",
         (rollout.status, rollout.model_dump_json(), rollout.rollout_id),
     )
+    await _summaries.save(tx.conn, rollout)
     tx.changed = True
 
 

@@ -12,6 +12,7 @@ from typing import Final
 
 from relight.errors import StoreError
 from relight.stores._pg_rows import Conn
+from relight.stores._pg_summaries import MIGRATION as SUMMARIES
 
 __all__ = ["CHANNEL", "MIGRATIONS", "SCHEMA_VERSION", "migrate"]
 
@@ -63,6 +64,8 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     -- Span counts in a few rows, so concurrent ingests do not queue on one counter row.
     CREATE TABLE relight_span_counts (shard integer PRIMARY KEY, value bigint NOT NULL);
     """,
+    # 2: per-rollout summaries for rollout lists, filled from what is already stored.
+    SUMMARIES,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

@@ -28,6 +28,7 @@ from relight.models import (
 from relight.store import DEFAULT_LEASE_SECONDS
 from relight.stores import _rules
 from relight.stores._changes import Changes, deadline_after
+from relight.summaries import RolloutSummary, SpanFacts, SummaryFilter, SummaryPage, latest_attempt_id
 
 __all__ = ["InMemoryStore"]
 
@@ -47,6 +48,11 @@ class InMemoryStore:
         self._span_count = 0
         self._sequence = itertools.count()
         self._resources: list[Resources] = []
+        self._facts: dict[str, SpanFacts] = {}
+        """rollout id → the facts of its latest attempt's spans (see :mod:`relight.summaries`)."""
+        self._changed: dict[str, int] = {}
+        """rollout id → the change number of its summary's last change."""
+        self._change = 0
         self._changes = Changes(clock)
         self._closed = False
 
@@ -66,6 +72,7 @@ class InMemoryStore:
             self._rollouts[rollout.rollout_id] = rollout
             self._attempts[rollout.rollout_id] = []
             self._queue[rollout.rollout_id] = None
+            self._touch(rollout.rollout_id)
             result.append(rollout)
         self._changes.notify()
         return result
@@ -93,6 +100,8 @@ class InMemoryStore:
                 )
                 self._rollouts[rollout_id] = rollout
                 self._attempts[rollout_id].append(attempt)
+                self._facts[rollout_id] = SpanFacts()
+                self._touch(rollout_id)
                 self._running[attempt.attempt_id] = (rollout_id, len(self._attempts[rollout_id]) - 1)
                 self._changes.notify()
                 return rollout, attempt
@@ -135,6 +144,7 @@ class InMemoryStore:
         for rollout_id in rollout_ids:
             rollout, cancelled = _rules.cancel_rollout(self._rollouts[rollout_id], self._attempts[rollout_id], now)
             self._rollouts[rollout_id] = rollout
+            self._touch(rollout_id)
             self._queue.pop(rollout_id, None)
             for attempt in cancelled:
                 _, index = self._running.pop(attempt.attempt_id)
@@ -182,6 +192,21 @@ class InMemoryStore:
         end = None if limit is None else offset + limit
         return matching[offset:end]
 
+    async def list_summaries(
+        self, where: SummaryFilter | None = None, *, limit: int = 50, offset: int = 0
+    ) -> SummaryPage:
+        self._check_open()
+        _rules.check_page(limit, offset)
+        where = where or SummaryFilter()
+        summaries = (
+            RolloutSummary.of(rollout, self._facts.get(rollout_id) or SpanFacts(), self._changed[rollout_id])
+            for rollout_id, rollout in reversed(self._rollouts.items())
+        )
+        matching = [summary for summary in summaries if where.matches(summary)]
+        if where.changed_after is not None:
+            matching.sort(key=lambda summary: summary.changed)
+        return SummaryPage(total=len(matching), rows=matching[offset : offset + limit], changed=self._change)
+
     async def list_attempts(self, rollout_id: str) -> list[Attempt]:
         self._check_open()
         self._get(rollout_id)
@@ -206,6 +231,9 @@ class InMemoryStore:
             stored = self._spans.setdefault(rollout_id, {})
             stored[attempt_id, span_id] = span.model_copy(update={"sequence_id": next(self._sequence)})
             self._span_count += 1
+            if attempt_id == latest_attempt_id(self._rollouts[rollout_id]):
+                self._facts[rollout_id].add(span)
+                self._touch(rollout_id)
 
     async def query_spans(self, rollout_id: str, attempt_id: str | None = None) -> list[Span]:
         self._check_open()
@@ -263,8 +291,14 @@ class InMemoryStore:
                 return index, attempt
         raise _rules.attempt_not_found(rollout_id, attempt_id)
 
+    def _touch(self, rollout_id: str) -> None:
+        """Give the rollout's summary the next change number."""
+        self._change += 1
+        self._changed[rollout_id] = self._change
+
     def _store_outcome(self, rollout: Rollout, index: int, attempt: Attempt) -> None:
         self._rollouts[rollout.rollout_id] = rollout
+        self._touch(rollout.rollout_id)
         self._attempts[rollout.rollout_id][index] = attempt
         self._running.pop(attempt.attempt_id, None)
         if rollout.status is RolloutStatus.QUEUED:

@@ -44,11 +44,13 @@ from relight.models import (
 )
 from relight.store import DEFAULT_LEASE_SECONDS
 from relight.stores import _pg_rows as _rows
+from relight.stores import _pg_summaries as _summaries
 from relight.stores import _rules
 from relight.stores._changes import Changes, deadline_after
 from relight.stores._json import span_json
 from relight.stores._pg_db import Database
 from relight.stores._pg_rows import Conn, Tx
+from relight.summaries import SummaryFilter, SummaryPage
 
 __all__ = ["PostgresStore"]
 
@@ -114,6 +116,7 @@ class PostgresStore:
                     "VALUES (%s, %s, %s, %s, %s)",
                     (rollout.rollout_id, rollout.status, rollout.mode, rollout.group_id, rollout.model_dump_json()),
                 )
+                await _summaries.insert(tx.conn, rollout)
                 await _rows.queue(tx, rollout)
                 result.append(rollout)
             return result
@@ -162,6 +165,7 @@ class PostgresStore:
                     attempt.model_dump_json(),
                 ),
             )
+            await _summaries.new_attempt(tx.conn, rollout)
             tx.changed = True
             return (rollout, attempt), None
 
@@ -304,6 +308,12 @@ class PostgresStore:
 
         return await self._db.read(read)
 
+    async def list_summaries(
+        self, where: SummaryFilter | None = None, *, limit: int = 50, offset: int = 0
+    ) -> SummaryPage:
+        _rules.check_page(limit, offset)
+        return await self._db.read(lambda conn: _summaries.page(conn, where or SummaryFilter(), limit, offset))
+
     async def list_attempts(self, rollout_id: str) -> list[Attempt]:
         async def read(conn: Conn) -> list[Attempt]:
             attempts = await _rows.attempts(conn, rollout_id)
@@ -333,17 +343,21 @@ class PostgresStore:
         async def run(tx: Tx) -> None:
             await _rows.require_attempts(tx.conn, attempts)
             # The spans and the count they add, in one statement that says how many were new.
-            row = await _rows.one(
-                tx.conn,
-                "WITH added AS (INSERT INTO relight_spans (rollout_id, attempt_id, span_id, data) "
-                "SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[]) ON CONFLICT DO NOTHING "
-                "RETURNING 1), counted AS (INSERT INTO relight_span_counts SELECT %s, count(*) FROM added "
-                "HAVING count(*) > 0 ON CONFLICT (shard) DO UPDATE "
-                "SET value = relight_span_counts.value + excluded.value) SELECT count(*) FROM added",
-                (*columns, self._shard),
-            )
-            if row is None or row[0] < len(spans):  # some ids were taken: only a repeat of the same span may be
+            added = await (
+                await tx.conn.execute(
+                    "WITH added AS (INSERT INTO relight_spans (rollout_id, attempt_id, span_id, data) "
+                    "SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[]) ON CONFLICT DO NOTHING "
+                    "RETURNING rollout_id, attempt_id, span_id), counted AS (INSERT INTO relight_span_counts "
+                    "SELECT %s, count(*) FROM added HAVING count(*) > 0 ON CONFLICT (shard) DO UPDATE "
+                    "SET value = relight_span_counts.value + excluded.value) SELECT * FROM added",
+                    (*columns, self._shard),
+                )
+            ).fetchall()
+            inserted: Sequence[Span] = spans
+            if len(added) < len(spans):  # some ids were taken: only a repeat of the same span may be
                 await _rows.check_repeats(tx.conn, spans, columns)
+                inserted = _rows.inserted(spans, added)
+            await _summaries.add_spans(tx.conn, inserted)
 
         await self._db.transact(run)
 

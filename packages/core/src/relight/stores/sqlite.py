@@ -3,33 +3,33 @@
 Open it with ``relight.open_store("sqlite:///runs/store.db")`` (a relative path, as in SQLAlchemy;
 ``sqlite:////abs/store.db`` for an absolute one) or ``SqliteStore(path)``.
 
-Writes never run on the caller's thread. They queue for one writer thread, which commits every job
-that has gathered in a single transaction, each under its own savepoint so that a job that fails
-(an unknown rollout, a lost lease) is undone alone. Many small writes thus cost one commit, and
-claims stay atomic because every claim is a write transaction: two workers never get one attempt,
-even from two processes sharing the file. Reads run on a small thread pool, one connection per
-thread; in WAL mode they see the last commit without waiting for the writer.
+Writes never run on the caller's thread. They queue for one writer thread
+(:mod:`relight.stores._sqlite_writer`), which commits every job that has gathered in a single
+transaction, each under its own savepoint so that a job that fails is undone alone. Many small
+writes thus cost one commit, and claims stay atomic because every claim is a write transaction:
+two workers never get one attempt, even from two processes sharing the file. Reads run on a small
+thread pool, one connection per thread; in WAL mode they see the last commit without waiting for the writer.
 
 Waiting is event-driven within the process: a commit that changes a rollout's state wakes its
 waiters, and a waiter also wakes at the next lease expiry. A waiter is not woken by another
 process's commits until its next wake-up, so processes that wait on each other's work should share
 the store through its HTTP server (``relight store serve``).
+
+Each rollout's summary (:mod:`relight.summaries`) is kept in the same transactions, in a table of
+its own (:mod:`relight.stores._sqlite_summaries`); a file made before it existed gets it on open.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import queue
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from os import PathLike
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import JsonValue
 
@@ -47,51 +47,16 @@ from relight.models import (
 )
 from relight.store import DEFAULT_LEASE_SECONDS
 from relight.stores import _rules
+from relight.stores import _sqlite_rows as _rows
+from relight.stores import _sqlite_summaries as _summaries
 from relight.stores._changes import Changes, deadline_after
 from relight.stores._json import span_json
+from relight.stores._sqlite_writer import Job, Tx, Writer, connect
+from relight.summaries import SummaryFilter, SummaryPage
 
 __all__ = ["SqliteStore"]
 
 T = TypeVar("T")
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS rollouts (
-    seq INTEGER PRIMARY KEY,
-    rollout_id TEXT NOT NULL UNIQUE,
-    status TEXT NOT NULL,
-    mode TEXT NOT NULL,
-    group_id TEXT NOT NULL,
-    data TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS rollouts_by_status ON rollouts (status);
-CREATE INDEX IF NOT EXISTS rollouts_by_group ON rollouts (group_id);
-CREATE TABLE IF NOT EXISTS queue (
-    position INTEGER PRIMARY KEY AUTOINCREMENT,
-    rollout_id TEXT NOT NULL UNIQUE,
-    mode TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS attempts (
-    rollout_id TEXT NOT NULL,
-    attempt_id TEXT NOT NULL,
-    number INTEGER NOT NULL,
-    status TEXT NOT NULL,
-    lease_expires_at REAL NOT NULL,
-    data TEXT NOT NULL,
-    PRIMARY KEY (rollout_id, attempt_id)
-);
-CREATE INDEX IF NOT EXISTS running_attempts_by_lease ON attempts (lease_expires_at) WHERE status = 'running';
-CREATE TABLE IF NOT EXISTS spans (
-    sequence_id INTEGER PRIMARY KEY,
-    rollout_id TEXT NOT NULL,
-    attempt_id TEXT NOT NULL,
-    span_id TEXT NOT NULL,
-    data TEXT NOT NULL,
-    UNIQUE (rollout_id, attempt_id, span_id)
-);
-CREATE TABLE IF NOT EXISTS resources (version INTEGER PRIMARY KEY, data TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
-INSERT OR IGNORE INTO counters VALUES ('spans', 0);
-"""
 
 
 class SqliteStore:
@@ -118,18 +83,19 @@ class SqliteStore:
         self._closed = False
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            setup = _connect(self.path)
+            setup = connect(self.path)
             try:
                 # Spans are ~2 KB: on 4 KB pages each would fill a page alone; 16 KB pages hold several,
                 # which halves the cost of an insert. Only a new file takes it.
                 setup.execute("PRAGMA page_size = 16384")
                 setup.execute("PRAGMA journal_mode = WAL")
-                setup.executescript(_SCHEMA)
+                setup.executescript(_rows.SCHEMA)
+                _summaries.migrate(setup)
             finally:
                 setup.close()
         except (OSError, sqlite3.Error) as error:
             raise StoreError(f"cannot open the SQLite store at {str(self.path)!r}: {error}") from error
-        self._writer = _Writer(self.path, max_jobs_per_commit)
+        self._writer = Writer(self.path, max_jobs_per_commit)
         self._readers = ThreadPoolExecutor(max_workers=readers, thread_name_prefix="relight-sqlite-read")
         self._reader_local = threading.local()
         self._reader_connections: list[sqlite3.Connection] = []
@@ -151,20 +117,21 @@ class SqliteStore:
         _rules.check_requests(requests)
         requests = list(requests)
 
-        def job(tx: _Tx) -> list[Rollout]:
+        def job(tx: Tx) -> list[Rollout]:
             now = self._clock()
             result: list[Rollout] = []
             for request in requests:
-                existing = _find_rollout(tx.conn, request.rollout_id) if request.rollout_id else None
+                existing = _rows.find_rollout(tx.conn, request.rollout_id) if request.rollout_id else None
                 if existing is not None:
                     result.append(existing)
                     continue
                 rollout = _rules.new_rollout(request, now)
-                tx.conn.execute(
+                cursor = tx.conn.execute(
                     "INSERT INTO rollouts (rollout_id, status, mode, group_id, data) VALUES (?, ?, ?, ?, ?)",
                     (rollout.rollout_id, rollout.status, rollout.mode, rollout.group_id, rollout.model_dump_json()),
                 )
-                _queue(tx, rollout)
+                _summaries.insert(tx.conn, rollout, cursor.lastrowid or 0)
+                _rows.queue(tx, rollout)
                 result.append(rollout)
             return result
 
@@ -181,16 +148,17 @@ class SqliteStore:
         self._check_open()
         _rules.check_lease_seconds(lease_seconds)
 
-        def job(tx: _Tx) -> tuple[tuple[Rollout, Attempt] | None, float | None]:
+        def job(tx: Tx) -> tuple[tuple[Rollout, Attempt] | None, float | None]:
             now = self._reap(tx)
             row = tx.conn.execute(
                 "SELECT rollout_id FROM queue WHERE ?1 IS NULL OR mode = ?1 ORDER BY position LIMIT 1", (mode,)
             ).fetchone()
             if row is None:
-                return None, _next_expiry(tx.conn)
+                return None, _rows.next_expiry(tx.conn)
             tx.conn.execute("DELETE FROM queue WHERE rollout_id = ?", row)
-            rollout, attempt = _rules.start_attempt(_get_rollout(tx.conn, row[0]), worker_id, lease_seconds, now)
-            _save_rollout(tx, rollout)
+            rollout, attempt = _rules.start_attempt(_rows.get_rollout(tx.conn, row[0]), worker_id, lease_seconds, now)
+            _rows.save_rollout(tx, rollout)
+            _summaries.new_attempt(tx.conn, rollout.rollout_id)
             tx.conn.execute(
                 "INSERT INTO attempts (rollout_id, attempt_id, number, status, lease_expires_at, data) "
                 "VALUES (?, ?, ?, ?, ?, ?)",
@@ -219,12 +187,12 @@ class SqliteStore:
     ) -> Attempt:
         _rules.check_lease_seconds(lease_seconds)
 
-        def job(tx: _Tx) -> Attempt:
+        def job(tx: Tx) -> Attempt:
             now = self._reap(tx)
-            attempt = _get_attempt(tx.conn, rollout_id, attempt_id)
+            attempt = _rows.get_attempt(tx.conn, rollout_id, attempt_id)
             _rules.require_running(attempt)
             attempt = attempt.model_copy(update={"lease_expires_at": now + lease_seconds})
-            _save_attempt(tx, attempt)
+            _rows.save_attempt(tx, attempt)
             return attempt
 
         return await self._write(job)
@@ -239,11 +207,11 @@ class SqliteStore:
     ) -> Rollout:
         _rules.check_client_status(status)
 
-        def job(tx: _Tx) -> Rollout:
+        def job(tx: Tx) -> Rollout:
             now = self._reap(tx)
-            attempt = _get_attempt(tx.conn, rollout_id, attempt_id)
-            rollout, ended = _rules.end_attempt(_get_rollout(tx.conn, rollout_id), attempt, status, error, now)
-            _store_outcome(tx, rollout, ended)
+            attempt = _rows.get_attempt(tx.conn, rollout_id, attempt_id)
+            rollout, ended = _rules.end_attempt(_rows.get_rollout(tx.conn, rollout_id), attempt, status, error, now)
+            _rows.store_outcome(tx, rollout, ended)
             return rollout
 
         return await self._write(job)
@@ -251,17 +219,17 @@ class SqliteStore:
     async def cancel(self, rollout_ids: Sequence[str]) -> list[Rollout]:
         rollout_ids = list(rollout_ids)
 
-        def job(tx: _Tx) -> list[Rollout]:
+        def job(tx: Tx) -> list[Rollout]:
             now = self._clock()
             result: list[Rollout] = []
             for rollout_id in rollout_ids:
-                found = _get_rollout(tx.conn, rollout_id)
-                rollout, cancelled = _rules.cancel_rollout(found, _attempts(tx.conn, rollout_id), now)
+                found = _rows.get_rollout(tx.conn, rollout_id)
+                rollout, cancelled = _rules.cancel_rollout(found, _rows.attempts(tx.conn, rollout_id), now)
                 if rollout is not found:
-                    _save_rollout(tx, rollout)
+                    _rows.save_rollout(tx, rollout)
                     tx.conn.execute("DELETE FROM queue WHERE rollout_id = ?", (rollout_id,))
                 for attempt in cancelled:
-                    _save_attempt(tx, attempt)
+                    _rows.save_attempt(tx, attempt)
                 result.append(rollout)
             return result
 
@@ -271,7 +239,7 @@ class SqliteStore:
         rollout_ids = list(rollout_ids)
 
         def look(conn: sqlite3.Connection) -> tuple[list[Rollout], float | None]:
-            return [_get_rollout(conn, rollout_id) for rollout_id in rollout_ids], _next_expiry(conn)
+            return [_rows.get_rollout(conn, rollout_id) for rollout_id in rollout_ids], _rows.next_expiry(conn)
 
         deadline = deadline_after(timeout)
         while True:
@@ -286,7 +254,7 @@ class SqliteStore:
                 return rollouts
 
     async def get_rollout(self, rollout_id: str) -> Rollout:
-        return await self._read(lambda conn: _get_rollout(conn, rollout_id))
+        return await self._read(lambda conn: _rows.get_rollout(conn, rollout_id))
 
     async def list_rollouts(
         self,
@@ -309,10 +277,16 @@ class SqliteStore:
 
         return await self._read(read)
 
+    async def list_summaries(
+        self, where: SummaryFilter | None = None, *, limit: int = 50, offset: int = 0
+    ) -> SummaryPage:
+        _rules.check_page(limit, offset)
+        return await self._read(lambda conn: _summaries.page(conn, where or SummaryFilter(), limit, offset))
+
     async def list_attempts(self, rollout_id: str) -> list[Attempt]:
         def read(conn: sqlite3.Connection) -> list[Attempt]:
-            _get_rollout(conn, rollout_id)
-            return _attempts(conn, rollout_id)
+            _rows.get_rollout(conn, rollout_id)
+            return _rows.attempts(conn, rollout_id)
 
         return await self._read(read)
 
@@ -325,9 +299,9 @@ class SqliteStore:
         spans = list(spans)
         _rules.check_spans(spans)
 
-        def job(tx: _Tx) -> None:
+        def job(tx: Tx) -> None:
             for rollout_id, attempt_id in sorted({(span.rollout_id, span.attempt_id) for span in spans}):
-                _require_attempt(tx.conn, rollout_id, attempt_id)
+                _rows.require_attempt(tx.conn, rollout_id, attempt_id)
             # Sequence ids are given here, so the stored JSON is the span exactly as queried. A duplicate
             # is ignored and leaves its id unused: ids only need to grow.
             (last,) = tx.conn.execute("SELECT COALESCE(MAX(sequence_id), -1) FROM spans").fetchone()
@@ -340,8 +314,8 @@ class SqliteStore:
                 "VALUES (?, ?, ?, ?, ?)",
                 rows,
             )
-            if cursor.rowcount < len(rows):
-                _check_repeats(tx.conn, rows, spans)
+            inserted = _rows.check_repeats(tx.conn, rows, spans) if cursor.rowcount < len(rows) else spans
+            _summaries.add_spans(tx.conn, inserted)
             tx.conn.execute("UPDATE counters SET value = value + ? WHERE name = 'spans'", (cursor.rowcount,))
             tx.size = sum(len(data) for *_, data in rows)
 
@@ -349,7 +323,7 @@ class SqliteStore:
 
     async def query_spans(self, rollout_id: str, attempt_id: str | None = None) -> list[Span]:
         def read(conn: sqlite3.Connection) -> list[Span]:
-            _get_rollout(conn, rollout_id)
+            _rows.get_rollout(conn, rollout_id)
             rows = conn.execute(
                 "SELECT data FROM spans WHERE rollout_id = ?1 AND (?2 IS NULL OR attempt_id = ?2) ORDER BY sequence_id",
                 (rollout_id, attempt_id),
@@ -364,7 +338,7 @@ class SqliteStore:
         items = dict(items)
         _rules.check_resources(items)
 
-        def job(tx: _Tx) -> Resources:
+        def job(tx: Tx) -> Resources:
             (version,) = tx.conn.execute("SELECT COALESCE(MAX(version) + 1, 0) FROM resources").fetchone()
             resources = Resources(version=version, items=items, created_at=self._clock())
             tx.conn.execute("INSERT INTO resources VALUES (?, ?)", (version, resources.model_dump_json()))
@@ -417,12 +391,12 @@ class SqliteStore:
         if self._closed:
             raise _rules.closed()
 
-    async def _write(self, fn: Callable[[_Tx], T]) -> T:
+    async def _write(self, fn: Callable[[Tx], T]) -> T:
         """Run ``fn`` in the writer's next transaction; wake waiters if it changed a rollout's state."""
         self._check_open()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[tuple[T, bool]] = loop.create_future()
-        self._writer.submit(_Job(fn, loop, future))
+        self._writer.submit(Job(fn, loop, future))
         result, changed = await future
         if changed:
             self._changes.notify()
@@ -436,7 +410,7 @@ class SqliteStore:
     def _read_now(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         conn: sqlite3.Connection | None = getattr(self._reader_local, "connection", None)
         if conn is None:
-            conn = _connect(self.path)
+            conn = connect(self.path)
             conn.execute("PRAGMA query_only = 1")
             self._reader_local.connection = conn
             with self._reader_lock:
@@ -450,7 +424,7 @@ class SqliteStore:
         except sqlite3.Error as error:
             raise StoreError(f"could not read the SQLite store at {str(self.path)!r}: {error}") from error
 
-    def _reap(self, tx: _Tx) -> float:
+    def _reap(self, tx: Tx) -> float:
         """End every attempt whose lease has run out (on the writer thread); returns the time used."""
         now = self._clock()
         rows = tx.conn.execute(
@@ -459,9 +433,13 @@ class SqliteStore:
         for rollout_id, data in rows:
             attempt = Attempt.model_validate_json(data)
             rollout, ended = _rules.end_attempt(
-                _get_rollout(tx.conn, rollout_id), attempt, AttemptStatus.EXPIRED, _rules.expiry_error(attempt), now
+                _rows.get_rollout(tx.conn, rollout_id),
+                attempt,
+                AttemptStatus.EXPIRED,
+                _rules.expiry_error(attempt),
+                now,
             )
-            _store_outcome(tx, rollout, ended)
+            _rows.store_outcome(tx, rollout, ended)
         return now
 
     def _shut_down(self) -> None:
@@ -471,257 +449,3 @@ class SqliteStore:
             for conn in self._reader_connections:
                 conn.close()
             self._reader_connections.clear()
-
-
-# -- the writer thread ------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class _Tx:
-    """One job's view of the writer's transaction.
-
-    ``changed`` says whether waiters should wake; ``size`` is about how many bytes the job wrote.
-    """
-
-    conn: sqlite3.Connection
-    changed: bool = False
-    size: int = 1024
-
-
-@dataclass(slots=True)
-class _Job(Generic[T]):
-    fn: Callable[[_Tx], T]
-    loop: asyncio.AbstractEventLoop
-    future: asyncio.Future[tuple[T, bool]]
-
-    def settle(self, result: tuple[T, bool] | None, error: BaseException | None) -> None:
-        """Hand the outcome to the caller's loop (from the writer thread)."""
-        with contextlib.suppress(RuntimeError):  # the caller's loop has closed: nobody is waiting any more
-            self.loop.call_soon_threadsafe(_settle, self.future, result, error)
-
-
-def _settle(future: asyncio.Future[tuple[T, bool]], result: tuple[T, bool] | None, error: BaseException | None) -> None:
-    if future.done():
-        return
-    if error is not None:
-        future.set_exception(error)
-    elif result is not None:
-        future.set_result(result)
-
-
-class _Writer:
-    """The one thread that writes: takes every job queued so far and commits them together."""
-
-    def __init__(self, path: Path, max_jobs_per_commit: int) -> None:
-        self._path = path
-        self._max_jobs = max_jobs_per_commit
-        self._jobs: queue.SimpleQueue[_Job[Any] | None] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._stopped = False
-        self.jobs = 0
-        self.commits = 0
-        """Jobs run and transactions committed so far: many jobs per commit means writes batch."""
-        self._connection = _connect(path)
-        self._connection.execute("PRAGMA wal_autocheckpoint = 0")  # the checkpointer's job
-        self._checkpointer = _Checkpointer(path)
-        self._unchecked_bytes = 0
-        self._thread = threading.Thread(target=self._run, name="relight-sqlite-writer", daemon=True)
-        self._thread.start()
-
-    def submit(self, job: _Job[Any]) -> None:
-        with self._lock:
-            if self._stopped:
-                raise _rules.closed()
-            self._jobs.put(job)
-
-    def stop(self) -> None:
-        """Commit what is queued, then end the thread and close its connection."""
-        with self._lock:
-            if not self._stopped:
-                self._stopped = True
-                self._jobs.put(None)
-        self._thread.join()
-        self._checkpointer.stop()
-
-    def _run(self) -> None:
-        try:
-            while True:
-                batch = [self._jobs.get()]
-                while batch[-1] is not None and len(batch) < self._max_jobs:
-                    try:
-                        batch.append(self._jobs.get_nowait())
-                    except queue.Empty:
-                        break
-                # A job whose caller gave up (a claim whose client went away) is not run at all.
-                jobs = [job for job in batch if job is not None and not job.future.done()]
-                if jobs:
-                    self._commit(jobs)
-                if batch[-1] is None:
-                    return
-        finally:
-            self._connection.close()
-
-    def _commit(self, jobs: list[_Job[Any]]) -> None:
-        conn = self._connection
-        outcomes: list[tuple[_Job[Any], tuple[Any, bool] | None, BaseException | None]] = []
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            for job in jobs:
-                tx = _Tx(conn)
-                conn.execute("SAVEPOINT job")
-                try:
-                    result = job.fn(tx)
-                except Exception as error:
-                    conn.execute("ROLLBACK TO job")
-                    outcomes.append((job, None, self._as_store_error(error)))
-                else:
-                    outcomes.append((job, (result, tx.changed), None))
-                    self._unchecked_bytes += tx.size
-                conn.execute("RELEASE job")
-            conn.execute("COMMIT")
-            self.jobs += len(jobs)
-            self.commits += 1
-            if self._unchecked_bytes >= _CHECKPOINT_BYTES:
-                self._unchecked_bytes = 0
-                self._checkpointer.request()
-        except sqlite3.Error as error:
-            if conn.in_transaction:
-                conn.rollback()
-            failure = self._as_store_error(error)
-            outcomes = [(job, None, failure) for job in jobs]
-        for job, result, error in outcomes:
-            job.settle(result, error)
-
-    def _as_store_error(self, error: Exception) -> Exception:
-        if isinstance(error, sqlite3.Error):
-            return StoreError(f"could not write to the SQLite store at {str(self._path)!r}: {error}")
-        return error
-
-
-_CHECKPOINT_BYTES = 8 * 1024 * 1024
-"""How much the writer commits between two checkpoints (SQLite's own default is ~4 MB of pages)."""
-
-
-class _Checkpointer:
-    """Copies committed pages from the WAL into the database file on a thread and connection of its own.
-
-    Left to SQLite, the commit that fills the WAL does this copy (and its fsyncs) itself, which makes
-    that commit, and every write queued behind it, wait; here it runs beside the writer.
-    """
-
-    def __init__(self, path: Path) -> None:
-        self._path = path
-        self._wanted = threading.Event()
-        self._stopped = False
-        self._thread = threading.Thread(target=self._run, name="relight-sqlite-checkpoint", daemon=True)
-        self._thread.start()
-
-    def request(self) -> None:
-        self._wanted.set()
-
-    def stop(self) -> None:
-        self._stopped = True
-        self._wanted.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        conn = _connect(self._path)
-        try:
-            while True:
-                self._wanted.wait()
-                self._wanted.clear()
-                if self._stopped:
-                    return
-                with contextlib.suppress(sqlite3.Error):  # busy with another process's checkpoint: next time
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-        finally:
-            conn.close()
-
-
-# -- rows and models (run on the writer's or a reader's connection) ----------------------------
-
-
-def _connect(path: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
-    conn.execute("PRAGMA synchronous = NORMAL")  # in WAL mode: a commit survives the process being killed
-    return conn
-
-
-def _find_rollout(conn: sqlite3.Connection, rollout_id: str) -> Rollout | None:
-    row = conn.execute("SELECT data FROM rollouts WHERE rollout_id = ?", (rollout_id,)).fetchone()
-    return None if row is None else Rollout.model_validate_json(row[0])
-
-
-def _get_rollout(conn: sqlite3.Connection, rollout_id: str) -> Rollout:
-    rollout = _find_rollout(conn, rollout_id)
-    if rollout is None:
-        raise _rules.rollout_not_found(rollout_id)
-    return rollout
-
-
-def _require_attempt(conn: sqlite3.Connection, rollout_id: str, attempt_id: str) -> None:
-    """Raise NotFoundError unless the attempt exists (a cheap check: nothing is parsed)."""
-    query = "SELECT 1 FROM attempts WHERE rollout_id = ? AND attempt_id = ?"
-    if conn.execute(query, (rollout_id, attempt_id)).fetchone() is None:
-        if conn.execute("SELECT 1 FROM rollouts WHERE rollout_id = ?", (rollout_id,)).fetchone() is None:
-            raise _rules.rollout_not_found(rollout_id)
-        raise _rules.attempt_not_found(rollout_id, attempt_id)
-
-
-def _check_repeats(conn: sqlite3.Connection, rows: list[tuple[int, str, str, str, str]], spans: list[Span]) -> None:
-    """Raise InvalidStateError if a span that was not inserted (its id was taken) differs from the stored one."""
-    for (seq, rollout_id, attempt_id, span_id, _), span in zip(rows, spans, strict=True):
-        (stored_seq, data) = conn.execute(
-            "SELECT sequence_id, data FROM spans WHERE rollout_id = ? AND attempt_id = ? AND span_id = ?",
-            (rollout_id, attempt_id, span_id),
-        ).fetchone()
-        if stored_seq != seq and not _rules.same_span(Span.model_validate_json(data), span):
-            raise _rules.conflicting_span(span)
-
-
-def _get_attempt(conn: sqlite3.Connection, rollout_id: str, attempt_id: str) -> Attempt:
-    _get_rollout(conn, rollout_id)
-    row = conn.execute(
-        "SELECT data FROM attempts WHERE rollout_id = ? AND attempt_id = ?", (rollout_id, attempt_id)
-    ).fetchone()
-    if row is None:
-        raise _rules.attempt_not_found(rollout_id, attempt_id)
-    return Attempt.model_validate_json(row[0])
-
-
-def _attempts(conn: sqlite3.Connection, rollout_id: str) -> list[Attempt]:
-    rows = conn.execute("SELECT data FROM attempts WHERE rollout_id = ? ORDER BY number", (rollout_id,))
-    return [Attempt.model_validate_json(data) for (data,) in rows]
-
-
-def _next_expiry(conn: sqlite3.Connection) -> float | None:
-    (expiry,) = conn.execute("SELECT MIN(lease_expires_at) FROM attempts WHERE status = 'running'").fetchone()
-    return expiry
-
-
-def _save_rollout(tx: _Tx, rollout: Rollout) -> None:
-    tx.conn.execute(
-        "UPDATE rollouts SET status = ?, data = ? WHERE rollout_id = ?",
-        (rollout.status, rollout.model_dump_json(), rollout.rollout_id),
-    )
-    tx.changed = True
-
-
-def _save_attempt(tx: _Tx, attempt: Attempt) -> None:
-    tx.conn.execute(
-        "UPDATE attempts SET status = ?, lease_expires_at = ?, data = ? WHERE rollout_id = ? AND attempt_id = ?",
-        (attempt.status, attempt.lease_expires_at, attempt.model_dump_json(), attempt.rollout_id, attempt.attempt_id),
-    )
-
-
-def _store_outcome(tx: _Tx, rollout: Rollout, attempt: Attempt) -> None:
-    _save_rollout(tx, rollout)
-    _save_attempt(tx, attempt)
-    if rollout.status is RolloutStatus.QUEUED:
-        _queue(tx, rollout)
-
-
-def _queue(tx: _Tx, rollout: Rollout) -> None:
-    """Put the rollout at the back of the queue."""
-    tx.conn.execute("INSERT INTO queue (rollout_id, mode) VALUES (?, ?)", (rollout.rollout_id, rollout.mode))
-    tx.changed = True

@@ -37,6 +37,7 @@ from relight.store import Store
 from relight.testing.store_inputs import StoreInputConformance, make_span
 from relight.testing.store_inputs import claimed as _claimed
 from relight.testing.store_inputs import queued as _queued
+from relight.testing.store_summaries import SummaryConformance
 
 __all__ = ["ManualClock", "StoreConformance", "make_span"]
 
@@ -69,7 +70,7 @@ async def _still_waiting(task: asyncio.Task[object]) -> bool:
 
 
 @pytest.mark.asyncio
-class StoreConformance(StoreInputConformance):
+class StoreConformance(StoreInputConformance, SummaryConformance):
     """Behaviour every store backend must show. Subclasses provide the ``store`` fixture."""
 
     @pytest.fixture

@@ -163,7 +163,7 @@ async function drawRollouts(params) {
     el("td", { text: r.group_id }), el("td", { text: fmt(r.step) }), el("td", { text: fmt(r.policy_version) }),
     el("td", { text: `${r.attempts}/${r.max_attempts}` }), el("td", { text: fmt(r.reward) }),
     el("td", { text: r.roles.join(", ") || "–" }),
-    el("td", { text: r.judged ? `${r.trained}/${r.calls}` : "…" }),
+    el("td", { text: `${r.trained}/${r.calls}` }),
     el("td", { text: Object.entries(r.reasons).map(([k, v]) => `${v} ${k}`).join(", ") }),
     el("td", { class: "err", text: r.error || "" })));
   document.getElementById("rollouts").replaceChildren(el("thead", {}, head), el("tbody", {}, rows));

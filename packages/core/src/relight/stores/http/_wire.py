@@ -23,6 +23,7 @@ from relight.errors import (
 )
 from relight.models import Attempt, AttemptStatus, Mode, Rollout, RolloutRequest, Span
 from relight.store import DEFAULT_LEASE_SECONDS
+from relight.summaries import SummaryFilter
 
 PREFIX: Final = "/v1"
 DEFAULT_MAX_BODY_BYTES: Final = 32 * 1024 * 1024
@@ -85,6 +86,12 @@ class WaitBody(_Body):
 
 class PublishBody(_Body):
     items: dict[str, JsonValue]
+
+
+class SummariesBody(_Body):
+    where: SummaryFilter | None = None
+    limit: int = Field(default=50, ge=0)
+    offset: int = Field(default=0, ge=0)
 
 
 _STATUS_OF_ERROR: Final[tuple[tuple[type[RelightError], int], ...]] = (

@@ -58,8 +58,10 @@ from relight.stores.http._wire import (
     FinishBody,
     HeartbeatBody,
     PublishBody,
+    SummariesBody,
     WaitBody,
 )
+from relight.summaries import SummaryFilter, SummaryPage
 
 __all__ = ["HttpStore"]
 
@@ -193,6 +195,13 @@ class HttpStore:
         _rules.check_page(limit, offset)
         params = {"status": status, "mode": mode, "group_id": group_id, "limit": limit, "offset": offset}
         return ROLLOUTS.validate_json(await self._get("/rollouts", params))
+
+    async def list_summaries(
+        self, where: SummaryFilter | None = None, *, limit: int = 50, offset: int = 0
+    ) -> SummaryPage:
+        _rules.check_page(limit, offset)
+        body = SummariesBody(where=where, limit=limit, offset=offset)
+        return SummaryPage.model_validate_json(await self._post("/summaries", body))
 
     async def list_attempts(self, rollout_id: str) -> list[Attempt]:
         return ATTEMPTS.validate_json(await self._get("/attempts", {"rollout_id": rollout_id}))

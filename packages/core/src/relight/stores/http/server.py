@@ -57,6 +57,7 @@ from relight.stores.http._wire import (
     FinishBody,
     HeartbeatBody,
     PublishBody,
+    SummariesBody,
     WaitBody,
 )
 
@@ -110,6 +111,11 @@ def _routes(store: Store, max_poll_seconds: float) -> APIRouter:
     ) -> Response:
         rollouts = await store.list_rollouts(status=status, mode=mode, group_id=group_id, limit=limit, offset=offset)
         return _reply(ROLLOUTS.dump_json(rollouts))
+
+    @api.post("/summaries")
+    async def list_summaries(body: SummariesBody) -> Response:
+        page = await store.list_summaries(body.where, limit=body.limit, offset=body.offset)
+        return _reply(page.model_dump_json())
 
     @api.get("/rollout")
     async def get_rollout(rollout_id: str) -> Response:

@@ -1,0 +1,116 @@
+"""Why a listed rollout's calls were not trained, from its summary alone, and the list's filter by reason.
+
+A list of 100,000 rollouts cannot judge each one's spans (:meth:`relight.transitions.TransitionBuilder.explain`
+reads them all), so the list reads reasons off the store's summaries (:mod:`relight.summaries`):
+the rollout's status, mode and drop mark decide reasons that hold for every call, exactly as
+``explain`` does; within a trained rollout, failed calls are ``failed call``, calls of roles the
+builder's role filter refuses (counted by their role spans) are ``filtered role`` and the rest
+without token ids are ``no token ids``. That last split assumes each call has one role span (as
+every adapter records) and that untrainable calls belong to trained roles; where it does not hold
+the counts may differ by a call. A rollout's own page judges its spans, exactly.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from relight.drops import DropReason
+from relight.models import Mode, RolloutStatus
+from relight.summaries import RolloutSummary, SummaryFilter
+from relight.transitions import TransitionBuilder, role_matches
+from relight.verdicts import Reason
+
+__all__ = ["NOTHING", "both", "reason_filter", "reasons_of", "refused_roles"]
+
+NOTHING = SummaryFilter(statuses=[])
+"""A filter no summary passes."""
+
+_DROPS = {DropReason.STALENESS.value: Reason.STALE, DropReason.AGED_OUT.value: Reason.AGED_OUT}
+
+
+def _rollout_reason(summary: RolloutSummary, builder: TransitionBuilder) -> Reason | None:
+    """A reason that holds for all the rollout's calls, in :meth:`TransitionBuilder.explain_spans`'s order."""
+    rollout = summary.rollout
+    if summary.dropped in _DROPS:
+        return _DROPS[summary.dropped]
+    if rollout.status is RolloutStatus.CANCELLED:
+        return Reason.CANCELLED
+    if rollout.status is RolloutStatus.FAILED and not builder.include_failed:
+        return Reason.FAILED_ROLLOUT
+    if not rollout.is_finished:
+        return Reason.NOT_FINISHED
+    if rollout.mode is Mode.VAL:
+        return Reason.VALIDATION
+    return None
+
+
+def reasons_of(summary: RolloutSummary, builder: TransitionBuilder) -> Counter[Reason]:
+    """How many of the latest attempt's calls were left out, by reason (see the module's note)."""
+    reasons: Counter[Reason] = Counter()
+    if summary.calls == 0:
+        return reasons
+    whole = _rollout_reason(summary, builder)
+    if whole is not None:
+        reasons[whole] = summary.calls
+        return reasons
+    kept = summary.calls - summary.failed_calls
+    filtered = 0
+    if builder.roles is not None:
+        refused = sum(count for role, count in summary.roles.items() if not role_matches(builder.roles, role))
+        without_role = max(0, kept - sum(summary.roles.values()))  # no role span: no role, refused by any filter
+        filtered = min(kept, refused + without_role)
+    counts = {
+        Reason.FAILED_CALL: summary.failed_calls,
+        Reason.FILTERED_ROLE: filtered,
+        Reason.NO_TOKEN_IDS: min(summary.untrainable_calls, kept - filtered),
+    }
+    reasons.update({reason: count for reason, count in counts.items() if count})
+    return reasons
+
+
+def refused_roles(roles: set[str], builder: TransitionBuilder) -> list[str]:
+    """The roles among ``roles`` that the builder's role filter leaves out."""
+    return sorted(role for role in roles if not role_matches(builder.roles, role))
+
+
+def reason_filter(reason: Reason, builder: TransitionBuilder, roles: set[str]) -> SummaryFilter:
+    """The summaries with at least one call left out for ``reason``; ``roles`` are the store's known roles.
+
+    A retried attempt's calls are never counted by the list (it judges latest attempts), so that
+    reason matches nothing here; the rollout page shows them.
+    """
+    trained = [RolloutStatus.SUCCEEDED, *([RolloutStatus.FAILED] if builder.include_failed else [])]
+    match reason:
+        case Reason.NOT_FINISHED:
+            return SummaryFilter(statuses=[RolloutStatus.QUEUED, RolloutStatus.RUNNING], min_calls=1)
+        case Reason.CANCELLED:
+            return SummaryFilter(statuses=[RolloutStatus.CANCELLED], min_calls=1)
+        case Reason.FAILED_ROLLOUT:
+            return NOTHING if builder.include_failed else SummaryFilter(statuses=[RolloutStatus.FAILED], min_calls=1)
+        case Reason.STALE | Reason.AGED_OUT:
+            dropped = next(value for value, known in _DROPS.items() if known is reason)
+            return SummaryFilter(dropped=dropped, min_calls=1)
+        case Reason.VALIDATION:
+            return SummaryFilter(statuses=trained, mode=Mode.VAL, min_calls=1)
+        case Reason.FAILED_CALL:
+            return SummaryFilter(statuses=trained, mode=Mode.TRAIN, min_failed_calls=1)
+        case Reason.NO_TOKEN_IDS:
+            return SummaryFilter(statuses=trained, mode=Mode.TRAIN, min_untrainable_calls=1)
+        case Reason.FILTERED_ROLE:
+            refused = refused_roles(roles, builder) if builder.roles is not None else []
+            return SummaryFilter(statuses=trained, mode=Mode.TRAIN, roles=refused) if refused else NOTHING
+        case Reason.RETRIED_ATTEMPT:
+            return NOTHING
+
+
+def both(first: SummaryFilter, second: SummaryFilter) -> SummaryFilter:
+    """Summaries that pass both filters (fields set in only one are kept; list fields intersect)."""
+    fields = first.model_dump(exclude_none=True)
+    for name, value in second.model_dump(exclude_none=True).items():
+        if name not in fields:
+            fields[name] = value
+        elif isinstance(value, list):
+            fields[name] = [item for item in fields[name] if item in value]
+        elif fields[name] != value:
+            return NOTHING
+    return SummaryFilter.model_validate(fields)
