@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from relight_torch.testing import smollm2_path, smollm2_server  # noqa: F401  # the real model, for test_smollm2.py
+
 
 @pytest.fixture(scope="module", autouse=True)
 def crewai_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:

@@ -6,4 +6,6 @@ test module instruments relight (the example does on import) and adds relight's 
 
 from agents import set_trace_processors
 
+from relight_torch.testing import smollm2_path, smollm2_server  # noqa: F401  # the real model, for test_smollm2.py
+
 set_trace_processors([])

@@ -15,12 +15,18 @@ whose logprobs are those the engine's policy gives it now.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from transformers import PreTrainedTokenizerBase
+from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from relight.engine import GenerationRequest
 from relight.models import Transition
@@ -29,7 +35,17 @@ from relight_torch.engine import TorchEngine
 from relight_torch.learner import Learner, Sample
 from relight_torch.models import ModelUnavailable, smollm2
 
-__all__ = ["QUESTION", "TokenizerReference", "answers", "smollm2_path"]
+__all__ = [
+    "QUESTION",
+    "Served",
+    "TokenizerReference",
+    "answers",
+    "free_port",
+    "served_process",
+    "server_process",
+    "smollm2_path",
+    "smollm2_server",
+]
 
 QUESTION = [{"role": "user", "content": "What is 12 * 7?"}]
 
@@ -41,6 +57,58 @@ def smollm2_path() -> Path:
         return smollm2()
     except ModelUnavailable as exc:
         pytest.skip(f"SmolLM2-135M-Instruct is not available here: {exc}")
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """A model served as ``python -m relight_torch.server`` and what :mod:`relight.testing.compat` holds it to."""
+
+    base_url: str
+    model: str
+    reference: TokenizerReference
+
+
+@pytest.fixture(scope="module")
+def smollm2_server(smollm2_path: Path) -> Iterator[Served]:
+    """SmolLM2-135M-Instruct served by relight-torch in a process of its own, for one test module."""
+    with served_process(smollm2_path, name="smollm2") as served:
+        yield served
+
+
+@contextmanager
+def served_process(path: Path, *, name: str) -> Iterator[Served]:
+    """The model at ``path`` served as ``python -m relight_torch.server`` under ``name`` for the block."""
+    port = free_port()
+    command = [sys.executable, "-m", "relight_torch.server", str(path), "--name", name, "--port", str(port)]
+    with server_process(command):
+        yield Served(f"http://127.0.0.1:{port}/v1", name, TokenizerReference(AutoTokenizer.from_pretrained(path)))
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextmanager
+def server_process(command: Sequence[str]) -> Iterator[None]:
+    """Run a Uvicorn server process for the block: ready when it logs that it runs (its own line, not a sleep)."""
+    server = subprocess.Popen(list(command), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        assert server.stderr is not None
+        for line in server.stderr:
+            if "Uvicorn running on" in line:
+                break
+        else:
+            pytest.fail(f"{' '.join(command[:4])} exited with {server.wait()} before serving")
+        threading.Thread(target=server.stderr.read, daemon=True).start()  # its log never fills the pipe
+        yield
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        if server.stderr is not None:
+            server.stderr.close()
 
 
 def answers(engine: TorchEngine, texts: list[str], rewards: list[float]) -> list[Transition]:
