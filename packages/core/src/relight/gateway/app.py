@@ -14,16 +14,16 @@ Each handler is the same few steps, which a new endpoint reuses: :func:`gateway_
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, cast
 
-from fastapi import FastAPI
+from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
 
-from relight.gateway import anthropic, responses
+from relight.gateway import _json, anthropic, responses
 from relight.gateway.errors import GatewayError, UpstreamError, error_body
 from relight.gateway.record import TraceParent, random_hex
 from relight.gateway.sessions import attempt_of_request
@@ -40,13 +40,8 @@ SCOPES = ("/rollouts/{rollout_id}/attempts/{attempt_id}", "")
 """Route prefixes: by path, and at the root with the attempt named by the API key."""
 
 
-def create_app(gateway: Gateway) -> FastAPI:
-    app = FastAPI(title="relight gateway", docs_url=None, redoc_url=None, openapi_url=None)
-    app.state.gateway = gateway
-    app.add_exception_handler(GatewayError, _gateway_error)
-    app.add_exception_handler(HTTPException, _http_error)
-    app.add_exception_handler(Exception, _internal_error)
-    routes = (
+def create_app(gateway: Gateway) -> Starlette:
+    endpoints = (
         ("/relight/end", _end_attempt, "POST"),
         ("/v1/chat/completions", _chat, "POST"),
         ("/v1/completions", _completions, "POST"),
@@ -54,11 +49,14 @@ def create_app(gateway: Gateway) -> FastAPI:
         ("/v1/responses", _responses, "POST"),
         ("/v1/messages", _messages, "POST"),
     )
-    # Plain Starlette routes: the handlers read the request themselves, so FastAPI's per-request
-    # dependency solving would only add latency to every LLM call.
-    for prefix in SCOPES:
-        for path, handler, method in routes:
-            app.add_route(prefix + path, handler, methods=[method])
+    # Plain Starlette, not FastAPI: the handlers read the request themselves, and FastAPI's middleware
+    # and dependency solving would only add latency to every LLM call.
+    routes = [
+        Route(prefix + path, handler, methods=[method]) for prefix in SCOPES for path, handler, method in endpoints
+    ]
+    handlers = {GatewayError: _gateway_error, HTTPException: _http_error, Exception: _internal_error}
+    app = Starlette(routes=routes, exception_handlers=handlers)
+    app.state.gateway = gateway
     return app
 
 
@@ -81,7 +79,7 @@ async def read_json(request: Request) -> Json:
     except ClientDisconnect:  # a runner killed mid-request: nobody to answer, nothing to log
         raise GatewayError(400, "the client went away before its request arrived") from None
     try:
-        parsed = json.loads(body)
+        parsed = _json.loads(body)
     except ValueError as error:
         raise GatewayError(400, f"the request body is not valid JSON: {error}") from None
     except RecursionError:
@@ -92,7 +90,7 @@ async def read_json(request: Request) -> Json:
 
 
 def json_response(content: Json, status_code: int = 200) -> Response:
-    return Response(json.dumps(content, separators=(",", ":")), status_code, media_type="application/json")
+    return Response(_json.dumps(content), status_code, media_type="application/json")
 
 
 async def sse_response(events: AsyncIterator[bytes]) -> Response:
@@ -170,11 +168,11 @@ async def _openai_events(chunks: AsyncIterator[Json]) -> AsyncIterator[bytes]:
     try:
         async for chunk in chunks:
             started = True
-            yield b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
+            yield b"data: " + _json.dumps(chunk) + b"\n\n"
     except GatewayError as error:
         if not started:
             raise
-        yield b"data: " + json.dumps(error.body()).encode() + b"\n\n"
+        yield b"data: " + _json.dumps(error.body()) + b"\n\n"
     yield b"data: [DONE]\n\n"
 
 

@@ -21,6 +21,7 @@ import aiohttp
 
 from relight.algorithm import UpstreamTarget
 from relight.engine import Engine, EngineRequestError, Generation, GenerationRequest, SamplingParams, TokenLogprob
+from relight.gateway import _json
 from relight.gateway.errors import UpstreamError
 
 __all__ = ["Endpoint", "EngineUpstream", "OpenAIUpstream", "Upstream", "UpstreamPool", "as_upstream"]
@@ -33,6 +34,7 @@ Json = dict[str, Any]
 logger = logging.getLogger(__name__)
 
 _PATHS: dict[Endpoint, str] = {"chat": "/chat/completions", "completions": "/completions"}
+_JSON_HEADERS = {"Content-Type": "application/json"}
 
 
 @runtime_checkable
@@ -166,7 +168,7 @@ class OpenAIUpstream:
         while True:
             sent = self._prepare(endpoint, body)
             try:
-                async with self._client().post(url, json=sent) as response:
+                async with self._client().post(url, data=_json.dumps(sent), headers=_JSON_HEADERS) as response:
                     content = await response.read()
             except (aiohttp.ClientError, TimeoutError) as error:
                 raise UpstreamError(f"{self.name} did not answer: {_describe(error)}") from error
@@ -174,7 +176,7 @@ class OpenAIUpstream:
                 break
             if not self._adapted(response.status, content, body, sent):
                 raise UpstreamError(_error_message(content), status_code=response.status)
-        answer = cast(Json, json.loads(content))
+        answer = cast(Json, _json.loads(content))
         if not self._reported and self.vllm is not False:
             self._report(answer)
         return answer
@@ -190,7 +192,7 @@ class OpenAIUpstream:
                     data = line[5:].strip()
                     if data == b"[DONE]":
                         return
-                    chunk = cast(Json, json.loads(data))
+                    chunk = cast(Json, _json.loads(data))
                     if "error" in chunk:
                         raise UpstreamError(f"the stream broke off: {_error_message(data)}")
                     if not self._reported and self.vllm is not False and chunk.get("choices"):
@@ -203,7 +205,7 @@ class OpenAIUpstream:
         """The streaming response, once the server accepts the request (adapting as :meth:`complete` does)."""
         while True:
             sent = self._prepare(endpoint, body)
-            response = await self._client().post(url, json=sent)
+            response = await self._client().post(url, data=_json.dumps(sent), headers=_JSON_HEADERS)
             if response.status < 400:
                 return response
             content = await response.read()
