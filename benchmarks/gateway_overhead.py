@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import httpx
+from _sampler import Sampler
 from pydantic import JsonValue
 from rich.console import Console
 from rich.table import Table
@@ -79,8 +80,10 @@ async def latency(calls: int, stream: bool, reply: str = "ok") -> dict[str, Any]
     with ScriptedUpstream.instant(reply) as upstream:
         async with Gateway(store, [upstream.base_url]) as gateway:
             url = gateway.base_url_for(rollout.rollout_id, attempt.attempt_id)
+            cpu_began = time.thread_time()  # this thread runs the gateway (and its span writes), nothing else
             direct, through = await asyncio.to_thread(_time_calls, upstream.base_url, url, calls, stream)
             await gateway.flush()
+            cpu = time.thread_time() - cpu_began
     assert (await store.stats()).spans == calls + 50
     result: dict[str, Any] = {"benchmark": "latency", "stream": stream, "reply_chars": len(reply), "calls": calls}
     for name, fraction in (("p50", 0.5), ("p99", 0.99)):
@@ -88,6 +91,7 @@ async def latency(calls: int, stream: bool, reply: str = "ok") -> dict[str, Any]
         result[f"gateway_{name}_ms"] = _percentile(through, fraction) * 1e3
         result[f"added_{name}_ms"] = result[f"gateway_{name}_ms"] - result[f"direct_{name}_ms"]
     result["added_mean_ms"] = (statistics.fmean(through) - statistics.fmean(direct)) * 1e3
+    result["gateway_cpu_ms_per_call"] = cpu / (calls + 50) * 1e3
     return result
 
 
@@ -106,7 +110,8 @@ async def loop(rollouts: int, concurrency: int, agent_kind: str, runners: int) -
             console=Console(file=io.StringIO()),
         )
         tasks: list[JsonValue] = [{"text": f"task-{i}"} for i in range(rollouts)]
-        _, timed = await trainer.afit(agent, tasks)
+        with Sampler() as sampler:
+            _, timed = await trainer.afit(agent, tasks)
     transitions = sum(len(batch) for batch in algorithm.batches)
     assert transitions == 2 * rollouts * CALLS, transitions
     seconds = timed["time_rollouts_s"] + timed["time_update_s"]
@@ -120,6 +125,7 @@ async def loop(rollouts: int, concurrency: int, agent_kind: str, runners: int) -
         "calls_per_s": rollouts * CALLS / seconds,
         "seconds": seconds,
         "failed": timed["rollouts_failed"],
+        "profile": sampler.shares(),
     }
 
 
@@ -146,7 +152,8 @@ def main() -> None:
             print(json.dumps(result))
         return
     table = Table(title=f"gateway latency ({args.calls} calls per path, instant upstream)", title_justify="left")
-    for column in ("request", "reply", "direct p50", "gateway p50", "added p50", "added p99", "added mean"):
+    columns = ("request", "reply", "direct p50", "gateway p50", "added p50", "added p99", "added mean", "gateway CPU")
+    for column in columns:
         table.add_column(column, justify="left" if column == "request" else "right")
     for r in (r for r in results if r["benchmark"] == "latency"):
         added = r["added_p50_ms"]
@@ -158,6 +165,7 @@ def main() -> None:
             f"[{'green' if added < 1 else 'red'}]{added:.3f} ms[/]",
             f"{r['added_p99_ms']:.3f} ms",
             f"{r['added_mean_ms']:.3f} ms",
+            f"{r['gateway_cpu_ms_per_call']:.3f} ms",
         )
     console.print(table)
     table = Table(title=f"whole loop ({CALLS} LLM calls per rollout, instant upstream)", title_justify="left")
@@ -173,6 +181,14 @@ def main() -> None:
             f"{r['calls_per_s']:.1f}",
             str(int(r["failed"])),
         )
+    console.print(table)
+    loops = [r for r in results if r["benchmark"] == "loop"]
+    table = Table(title="where the loop's CPU goes (share of busy samples)", title_justify="left")
+    table.add_column("part")
+    for r in loops:
+        table.add_column(f"{r['agent']}, {r['runners']} runner(s)", justify="right")
+    for part in dict.fromkeys(part for r in loops for part in r["profile"]):
+        table.add_row(part, *(f"{r['profile'].get(part, 0.0):.0%}" for r in loops))
     console.print(table)
 
 
