@@ -103,6 +103,7 @@ class OpenAIUpstream:
             self._session = aiohttp.ClientSession(
                 headers=self._headers,
                 timeout=aiohttp.ClientTimeout(total=self.timeout),
+                cookie_jar=aiohttp.DummyCookieJar(),  # no upstream's cookies go to agents (and none cost a call)
                 connector=aiohttp.TCPConnector(
                     limit=self.max_connections, keepalive_timeout=UPSTREAM_KEEP_ALIVE_SECONDS
                 ),
