@@ -5,14 +5,18 @@
   records the LLM span); ``added_p50_ms``/``added_p99_ms`` are the differences of the percentiles.
   The upstream runs on its own thread, the gateway (with an in-memory store) on the main loop, and
   the client, a plain blocking ``httpx.Client``, on a third thread, so the three do not interleave
-  their event loops. Aim: under 1 ms added at p50. The long streamed reply (~50 chunks, all ready
-  at once) shows what the gateway adds per chunk.
+  their event loops. Aim: under 0.5 ms added at p50. The long streamed reply (~50 chunks, all ready
+  at once) shows what the gateway adds per chunk. ``gateway_cpu_ms_per_call`` is the CPU time of the
+  gateway's thread per call (request, forwarding, answer, span): far less sensitive to other load on
+  the machine than the latencies, so compare it before and after a change on a busy machine.
 - ``loop``: ``Trainer.fit`` with the instant upstream and an algorithm that learns nothing, so
   everything else is measured: runners, real ``openai`` clients, gateway, store, transitions.
   ``rollouts_per_s`` counts rollouts of three calls each, from enqueue to transitions handed over,
   in the second of two steps (the first warms up processes and connections). Sync agents run on
   threads of the trainer's process, or in runner processes (``n_runners``), where their threads
-  do not compete with the gateway for the interpreter lock.
+  do not compete with the gateway for the interpreter lock. ``profile`` says where the CPU of the
+  trainer's process goes over both steps (agent/client, gateway, store, runner, trainer, event loop,
+  the fake model), from stack samples every 5 ms (:mod:`_sampler`; runner processes are not sampled).
 
     python benchmarks/gateway_overhead.py            # a table
     python benchmarks/gateway_overhead.py --json     # one JSON object per line
