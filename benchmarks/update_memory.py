@@ -2,14 +2,20 @@
 
 Each configuration runs in a fresh process: the model is loaded, the process's peak resident set
 (``VmHWM``) is reset, one update runs (advantages, forward and backward over every micro-batch,
-AdamW's first step, which allocates its state), and the new peak is read.
+AdamW's first step, which allocates its state), and the new peak is read; then the same again for a
+second update, which starts with AdamW's state already there (every later update of a run is like it).
 
 - ``logprobs``: ``chunked`` makes the vocabulary-wide logits ``LOGPROB_CHUNK`` response tokens at a
   time (the default); ``whole`` makes them for a whole micro-batch at once (as before).
 - ``recompute``: activations recomputed in the backward pass (on by default for a model this size).
-- ``peak_gb``: the process's peak resident memory during the update (model and optimizer included).
+- ``runtime_gb``: the process's resident memory once Python, torch and transformers are imported.
+- ``weights_gb``: the model's parameters in float32 (gradients and each of AdamW's two moments are as large).
+- ``peak_gb``: the process's peak resident memory during the first update (everything included).
 - ``update_gb``: that peak less the resident memory just before the update.
-- ``loss``: the update's loss, the same whichever way logprobs are made.
+- ``second_peak_gb``: the process's peak resident memory during the second update.
+- ``loss``: the first update's loss, the same whichever way logprobs are made.
+
+    python benchmarks/update_memory.py --defaults # today's defaults only
 
     python benchmarks/update_memory.py            # a table
     python benchmarks/update_memory.py --json     # one JSON object per line
@@ -28,7 +34,19 @@ from typing import Any
 CONFIGURATIONS = [("whole", "off", 4096), ("chunked", "off", 4096), ("chunked", "on", 4096), ("chunked", "on", 1024)]
 """The first is the update as it was before chunking; the third is today's defaults."""
 TRANSITIONS, TOKENS = 16, 4002
-COLUMNS = ("logprobs", "recompute", "token_budget", "peak_gb", "update_gb", "update_s", "loss")
+COLUMNS = (
+    "logprobs",
+    "recompute",
+    "token_budget",
+    "runtime_gb",
+    "weights_gb",
+    "peak_gb",
+    "update_gb",
+    "second_peak_gb",
+    "update_s",
+    "loss",
+)
+DEFAULTS = CONFIGURATIONS[2]
 
 
 def _resident_gb(field: str) -> float:
@@ -39,7 +57,7 @@ def _resident_gb(field: str) -> float:
 
 
 def measure(logprobs: str, recompute: str, token_budget: int) -> dict[str, Any]:
-    """One update in this process; returns its figures."""
+    """Two updates in this process; returns their figures."""
     import torch
 
     from relight.models import Transition
@@ -48,6 +66,7 @@ def measure(logprobs: str, recompute: str, token_budget: int) -> dict[str, Any]:
     from relight_torch.models import smollm2
     from relight_torch.packing import LOGPROB_CHUNK
 
+    runtime = _resident_gb("VmRSS")
     torch.manual_seed(0)
     engine = TorchEngine.from_pretrained(smollm2())
     vocab = engine.model.config.vocab_size
@@ -77,6 +96,10 @@ def measure(logprobs: str, recompute: str, token_budget: int) -> dict[str, Any]:
     before = _resident_gb("VmRSS")
     began = time.perf_counter()
     metrics = algorithm.learn(transitions)
+    first = {"peak_gb": _resident_gb("VmHWM"), "update_gb": _resident_gb("VmHWM") - before}
+    elapsed = time.perf_counter() - began
+    Path("/proc/self/clear_refs").write_text("5")
+    algorithm.learn(transitions)
     return {
         "benchmark": "update_memory",
         "model": "SmolLM2-135M-Instruct",
@@ -85,9 +108,12 @@ def measure(logprobs: str, recompute: str, token_budget: int) -> dict[str, Any]:
         "token_budget": token_budget,
         "transitions": TRANSITIONS,
         "tokens": TOKENS,
-        "peak_gb": round(_resident_gb("VmHWM"), 3),
-        "update_gb": round(_resident_gb("VmHWM") - before, 3),
-        "update_s": round(time.perf_counter() - began, 1),
+        "runtime_gb": round(runtime, 3),
+        "weights_gb": round(sum(p.numel() for p in engine.model.parameters()) * 4 / 2**30, 3),
+        "peak_gb": round(first["peak_gb"], 3),
+        "update_gb": round(first["update_gb"], 3),
+        "second_peak_gb": round(_resident_gb("VmHWM"), 3),
+        "update_s": round(elapsed, 1),
         "loss": metrics["loss"],
         "torch_threads": torch.get_num_threads(),
     }
@@ -96,13 +122,14 @@ def measure(logprobs: str, recompute: str, token_budget: int) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
+    parser.add_argument("--defaults", action="store_true", help="measure today's defaults only")
     parser.add_argument("--one", nargs=3, metavar=("LOGPROBS", "RECOMPUTE", "TOKEN_BUDGET"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
         print(json.dumps(measure(args.one[0], args.one[1], int(args.one[2]))))
         return
     results = []
-    for logprobs, recompute, budget in CONFIGURATIONS:
+    for logprobs, recompute, budget in [DEFAULTS] if args.defaults else CONFIGURATIONS:
         command = [sys.executable, __file__, "--one", logprobs, recompute, str(budget)]
         output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
         results.append(json.loads(output.strip().splitlines()[-1]))

@@ -197,3 +197,16 @@ async def test_dynamic_sampling_samples_a_flat_task_again_into_its_group(tmp_pat
     assert (metrics["sampling_rounds"], metrics["rollouts"], metrics["groups_no_signal"]) == (1, 4, 0)
     assert len({t.group_id for t in batch}) == 1
     assert sorted(t.reward for t in batch) == [0.0, 0.0, 0.0, 1.0]
+
+
+async def test_without_a_run_dir_the_run_folder_goes_under_relight_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RELIGHT_RUNS", str(tmp_path / "scratch"))
+    monkeypatch.chdir(tmp_path)
+    async with ScriptedUpstream() as upstream:
+        trainer = Trainer(RecordingAlgorithm(upstream), batch_size=2, n_samples=1, console=Console(file=io.StringIO()))
+        await trainer.afit(three_calls, [{"text": "a"}, {"text": "b"}])
+    (run,) = (tmp_path / "scratch").iterdir()
+    assert {"metrics.jsonl", "store.db", "summary.json"} <= {p.name for p in run.iterdir()}
+    assert not (tmp_path / "runs").exists()

@@ -68,7 +68,7 @@ def test_a_checkpoint_is_a_hugging_face_model_directory(tmp_path: Path) -> None:
     assert (tmp_path / "model.safetensors").exists()
     with TorchEngine.from_pretrained(tmp_path) as served:  # tokenizer and chat template came along
         assert served.tokenizer.chat_template == engine.tokenizer.chat_template
-        assert served.name == tmp_path.name
+        assert served.name == engine.name == "relight-tiny"  # the name it was trained under, not the folder's
 
 
 def test_loading_weights_that_do_not_fit_names_what_is_wrong(tmp_path: Path) -> None:

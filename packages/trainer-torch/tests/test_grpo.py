@@ -9,7 +9,7 @@ from relight.models import Transition
 from relight_torch.advantages import grpo_advantages, reinforce_pp_advantages
 from relight_torch.grpo import GRPO
 from relight_torch.learner import Sample
-from relight_torch.testing import QUESTION, answers
+from relight_torch.testing import QUESTION, answers, final_gradients
 from relight_torch.tiny import tiny_engine
 
 
@@ -54,8 +54,9 @@ def test_micro_batches_give_the_same_gradient_as_one_batch() -> None:
     for budget in (16, 100_000):  # one row per pass, or everything at once
         with tiny_engine(seed=0) as engine:
             transitions = answers(engine, ["84", "19", "1234567", "42"], [1.0, 0.0, 1.0, 0.5])
-            GRPO(engine, token_budget=budget).learn(transitions)
-            gradients.append(torch.cat([p.grad.flatten() for p in engine.model.parameters() if p.grad is not None]))
+            with final_gradients(engine.model) as final:
+                GRPO(engine, token_budget=budget).learn(transitions)
+            gradients.append(torch.cat([gradient.flatten() for gradient in final]))
     assert torch.allclose(gradients[0], gradients[1], rtol=1e-4, atol=1e-7)
 
 

@@ -14,6 +14,7 @@ def test_smollm2_is_a_real_chat_model_that_answers(smollm2_path: Path) -> None:
     with TorchEngine.from_pretrained(smollm2_path) as engine:
         assert len(engine.tokenizer) == 49152
         assert engine.tokenizer.eos_token == "<|im_end|>"  # what ends a ChatML turn, as on the hub
+        assert engine.name == SMOLLM2_HUB_ID  # the name its config gives, not the cache folder's
         request = GenerationRequest(
             model=engine.name,
             messages=[{"role": "user", "content": "What is the capital of France?"}],

@@ -1,4 +1,8 @@
+import json
+import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
@@ -7,7 +11,10 @@ from relight._server import AsgiServer
 from relight.engine import GenerationRequest
 from relight_torch.demo.calculator import TOOLS
 from relight_torch.engine import TorchEngine
+from relight_torch.models import model_name, name_model
 from relight_torch.server import create_app
+from relight_torch.testing import free_port, server_process
+from relight_torch.tiny import tiny_engine
 
 
 @pytest.fixture
@@ -66,9 +73,41 @@ async def test_completions_and_models(client: openai.AsyncOpenAI) -> None:
 
 
 async def test_bad_requests_get_a_400_naming_the_problem(client: openai.AsyncOpenAI) -> None:
-    with pytest.raises(openai.BadRequestError, match="max_tokens"):
+    # The tiny model's context is 4,096 tokens; asking past it says how to have a longer one.
+    with pytest.raises(openai.BadRequestError, match=r"max_tokens must be between 1 and 40\d\d .*max_positions=N"):
         await client.chat.completions.create(
             model="relight-tiny", messages=[{"role": "user", "content": "Hi"}], max_tokens=100_000
         )
     with pytest.raises(openai.BadRequestError, match="messages"):
         await client.chat.completions.create(model="relight-tiny", messages="Hi")  # type: ignore[arg-type]
+
+
+def test_the_server_process_answers_to_the_name_in_the_config_and_404s_any_other(tmp_path: Path) -> None:
+    """`python -m relight_torch.server hf/` goes by its config's name, not `hf`; other names are 404 (as in vLLM)."""
+    folder = tmp_path / "hf"
+    with tiny_engine(seed=0) as engine:
+        engine.model.save_pretrained(folder)
+        engine.tokenizer.save_pretrained(folder)
+    name_model(folder, "acme/sql-policy")
+    port = free_port()
+    command = [sys.executable, "-m", "relight_torch.server", str(folder), "--port", str(port)]
+    url = f"http://127.0.0.1:{port}/v1"
+    with server_process(command), openai.OpenAI(base_url=url, api_key="unused", max_retries=0) as client:
+        assert [model.id for model in client.models.list().data] == ["acme/sql-policy"]
+        hello: Any = [{"role": "user", "content": "Hi"}]
+        for unknown in ("hf", "no-such-model"):
+            with pytest.raises(openai.NotFoundError, match=f"`{unknown}` does not exist") as refused:
+                client.chat.completions.create(model=unknown, messages=hello, max_tokens=2)
+            assert refused.value.body["param"] == "model"  # type: ignore[index]
+        reply = client.chat.completions.create(model="acme/sql-policy", messages=hello, max_tokens=2)
+        assert reply.model == "acme/sql-policy"
+
+
+def test_a_folder_is_named_by_its_config_else_by_itself(tmp_path: Path) -> None:
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"_name_or_path": str(tmp_path)}))  # a path is not a name
+    assert model_name(folder) == "hf"
+    name_model(folder, "HuggingFaceTB/SmolLM2-135M-Instruct")
+    assert model_name(folder) == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert json.loads((folder / "config.json").read_text())["_name_or_path"] == "HuggingFaceTB/SmolLM2-135M-Instruct"

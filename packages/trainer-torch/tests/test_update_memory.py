@@ -3,7 +3,6 @@ both must leave the update exactly what it was (to float rounding), only cheaper
 
 import copy
 from pathlib import Path
-from typing import cast
 
 import pytest
 import torch
@@ -11,9 +10,10 @@ from transformers import AutoModelForCausalLM
 
 from relight.models import Transition
 from relight_torch.grpo import GRPO
-from relight_torch.learner import Learner, Sample
+from relight_torch.learner import Learner, Sample, step_dropping_gradients
 from relight_torch.objectives import PolicyGradientLoss
 from relight_torch.packing import pack, response_logprobs, token_logprobs
+from relight_torch.testing import final_gradients
 from relight_torch.tiny import tiny_engine
 
 
@@ -30,9 +30,9 @@ def rows(vocab: int, count: int, seed: int = 0) -> list[Sample]:
 def loss_and_gradient(model: torch.nn.Module, samples: list[Sample], chunk: int | None) -> tuple[float, torch.Tensor]:
     learner = Learner(copy.deepcopy(model), pad_id=0, logprob_chunk=chunk)  # type: ignore[arg-type]
     learner.optimizer.param_groups[0]["lr"] = 0.0
-    metrics = learner.update(samples, PolicyGradientLoss())
-    gradient = torch.cat([p.grad.flatten() for p in learner.model.parameters() if p.grad is not None])
-    return metrics["loss"], gradient
+    with final_gradients(learner.model) as gradients:
+        metrics = learner.update(samples, PolicyGradientLoss())
+    return metrics["loss"], torch.cat([gradient.flatten() for gradient in gradients])
 
 
 @pytest.mark.parametrize("chunk", [1, 7, 512])
@@ -70,6 +70,41 @@ def test_the_same_loss_and_output_layer_gradient_on_smollm2(smollm2_path: Path) 
     assert difference < 1e-4, f"the gradients differ by {difference:.2e} of the largest"
 
 
+@pytest.mark.parametrize("chunk", [1, 3, 64])
+def test_the_chunked_backward_gives_autograds_gradients_for_rows_weights_and_bias(chunk: int) -> None:
+    """The hand-written backward (logits made again, turned into their gradient in place) against autograd's."""
+    generator = torch.Generator().manual_seed(0)
+    head = torch.nn.Linear(6, 23).double()
+    hidden = torch.randn(10, 6, dtype=torch.float64, generator=generator, requires_grad=True)
+    targets = torch.randint(0, 23, (10,), generator=generator)
+    upstream = torch.randn(10, dtype=torch.float64, generator=generator)
+    expected = torch.log_softmax(head(hidden), -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    wanted = torch.autograd.grad(expected, [hidden, head.weight, head.bias], upstream)
+    scores = token_logprobs(hidden, targets, head, chunk_tokens=chunk)
+    got = torch.autograd.grad(scores, [hidden, head.weight, head.bias], upstream.float())
+    assert torch.allclose(scores.double(), expected, atol=1e-6)
+    for mine, theirs in zip(got, wanted, strict=True):
+        assert torch.allclose(mine.double(), theirs, atol=1e-6)
+
+
+def test_the_optimizer_step_drops_each_gradient_and_moves_the_weights_as_one_step_would() -> None:
+    torch.manual_seed(0)
+    models = [torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 3)) for _ in range(2)]
+    models[1].load_state_dict(models[0].state_dict())
+    whole, dropping = (torch.optim.AdamW(m.parameters(), lr=0.1, weight_decay=0.01) for m in models)
+    for step in range(2):  # the first step allocates AdamW's state, the second uses it
+        for model in models:
+            model(torch.full((2, 4), step + 1.0)).square().sum().backward()
+        whole.step()
+        step_dropping_gradients(dropping)
+        assert all(p.grad is None for p in models[1].parameters())
+        whole.zero_grad(set_to_none=True)
+    assert dropping.param_groups[0]["params"] == list(models[1].parameters())
+    for moved, expected in zip(models[1].parameters(), models[0].parameters(), strict=True):
+        assert torch.equal(moved, expected)
+        assert all(torch.equal(dropping.state[moved][k], whole.state[expected][k]) for k in whole.state[expected])
+
+
 def test_token_logprobs_refuses_an_empty_chunk() -> None:
     with pytest.raises(ValueError, match="chunk_tokens must be at least 1, got 0"):
         token_logprobs(torch.zeros(2, 4), torch.zeros(2, dtype=torch.long), torch.nn.Linear(4, 8), chunk_tokens=0)
@@ -101,11 +136,14 @@ def test_groups_without_signal_never_reach_the_forward_pass_and_the_step_is_unch
             lambda _module, _args, kwargs, _output: seen.append(kwargs["input_ids"].shape[0]), with_kwargs=True
         )
         algorithm = GRPO(engine)
-        metrics = algorithm.learn(batch)
+        with final_gradients(engine.model) as trained:
+            metrics = algorithm.learn(batch)
         # The same gradient without leaving anything out: every sample, advantages of the whole batch.
-        Learner(reference, pad_id=engine.pad_id).update(algorithm.samples(batch), algorithm.loss)
-        for trained, expected in zip(engine.model.parameters(), reference.parameters(), strict=True):
-            assert torch.allclose(cast(torch.Tensor, trained.grad), cast(torch.Tensor, expected.grad), atol=1e-6)
+        with final_gradients(reference) as expected:
+            Learner(reference, pad_id=engine.pad_id).update(algorithm.samples(batch), algorithm.loss)
+        assert len(trained) == len(expected) == len(list(reference.parameters()))
+        for gradient, wanted in zip(trained, expected, strict=True):
+            assert torch.allclose(gradient, wanted, atol=1e-6)
     assert sum(seen) == 3  # the flat group's three rows were never scored
     assert (metrics["groups_skipped"], engine.policy_version) == (1.0, 1)
 

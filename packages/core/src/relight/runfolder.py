@@ -9,6 +9,9 @@
         checkpoints/       step-<n>/ as the algorithm saves them (the last two are kept)
         store.db           the run's store, when it is the default SQLite file
 
+``runs/`` is relative to the working directory; ``$RELIGHT_RUNS`` puts the default run folders
+elsewhere (a scratch disk, or a temporary folder in tests, which never litter the checkout).
+
 Everything is flushed as soon as it is known, so ``tail -f metrics.jsonl`` or opening the PNG follows
 a run live, and a run that stopped early still explains itself.
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import shutil
 import time
@@ -28,15 +32,23 @@ from pydantic import JsonValue
 
 from relight.runplot import plot_rewards
 
-__all__ = ["RunFolder", "default_run_dir"]
+__all__ = ["RUNS_ENV", "RunFolder", "default_run_dir"]
 
 logger = logging.getLogger(__name__)
 
 RowKind = Literal["train", "val"]
 
 
-def default_run_dir(root: str | Path = "runs") -> Path:
-    """``runs/<date>-<time>``, with a suffix when a run started in the same second already took it."""
+RUNS_ENV = "RELIGHT_RUNS"
+"""The environment variable naming the folder default run folders go into (``runs`` when unset)."""
+
+
+def default_run_dir(root: str | Path | None = None) -> Path:
+    """``<root>/<date>-<time>``, with a suffix when a run started in the same second already took it.
+
+    ``root`` defaults to ``$RELIGHT_RUNS``, or ``runs`` under the working directory.
+    """
+    root = root if root is not None else os.environ.get(RUNS_ENV) or "runs"
     stamp = time.strftime("%Y%m%d-%H%M%S")
     path, suffix = Path(root) / stamp, 1
     while path.exists():

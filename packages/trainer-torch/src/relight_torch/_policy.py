@@ -96,6 +96,7 @@ class PolicyAlgorithm:
                 "rng": self.rng.getstate(),
             },
             generators={"engine": self.engine.generator},
+            name=self.engine.name,
         )
 
     def load(self, directory: Path) -> None:

@@ -20,6 +20,8 @@ from safetensors.torch import load_file
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from transformers.utils import logging as transformers_logging
 
+from relight_torch.models import name_model
+
 __all__ = ["TRAINER_STATE", "load_checkpoint", "save_checkpoint"]
 
 TRAINER_STATE = "trainer_state.pt"
@@ -32,13 +34,20 @@ def save_checkpoint(
     tokenizer: PreTrainedTokenizerBase,
     state: dict[str, Any],
     generators: dict[str, torch.Generator] | None = None,
+    name: str | None = None,
 ) -> Path:
-    """Write the model and tokenizer with ``save_pretrained`` and ``state`` plus the RNG states beside them."""
+    """Write the model and tokenizer with ``save_pretrained`` and ``state`` plus the RNG states beside them.
+
+    ``name`` (the model name the engine answered to) goes into ``config.json``, so the checkpoint is
+    served under it again (:func:`relight_torch.models.model_name`) rather than as ``step-<n>``.
+    """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     with _quiet_progress():
         model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
+    if name is not None:
+        name_model(directory, name)
     rng = {
         "python": random.getstate(),
         "torch": torch.get_rng_state(),

@@ -45,6 +45,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreT
 from relight.engine import EngineRequestError, Generation, GenerationRequest, SamplingParams
 from relight_torch.chat import render
 from relight_torch.constrain import Decoding, parses_tool_calls
+from relight_torch.models import model_name
 from relight_torch.packing import left_pad, positions
 from relight_torch.toolcalls import parse_tool_calls
 
@@ -145,10 +146,14 @@ class TorchEngine:
     def from_pretrained(
         cls, path: str | Path, *, name: str | None = None, device: str = "cpu", **kwargs: Any
     ) -> TorchEngine:
-        """Load a model and tokenizer that transformers can load from a local directory."""
+        """Load a model and tokenizer that transformers can load from a local directory.
+
+        The engine answers to ``name``, by default the one the folder's config gives
+        (:func:`relight_torch.models.model_name`).
+        """
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path).to(device)
-        return cls(model, tokenizer, name=name or Path(path).name, **kwargs)
+        return cls(model, tokenizer, name=name or model_name(path), **kwargs)
 
     # -- the Engine protocol ---------------------------------------------------------------------
 

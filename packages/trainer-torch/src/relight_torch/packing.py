@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import torch
-from torch.utils.checkpoint import checkpoint
 from transformers import PreTrainedModel
 
 __all__ = [
@@ -119,29 +118,73 @@ def token_logprobs(
 ) -> torch.Tensor:
     """``log_softmax(head(hidden))[target]`` per row of ``hidden`` ``[tokens, hidden_size]``, in float32.
 
-    Logits exist for at most ``chunk_tokens`` rows at a time. Under autograd each chunk is
-    checkpointed: its logits are dropped after the forward and made again, one chunk at a time, in
-    the backward, so the peak is one chunk's logits rather than every token's.
+    Logits exist for at most ``chunk_tokens`` rows at a time, in the forward pass and in the
+    backward, which makes each chunk's logits again and turns them into their gradient in place
+    (:class:`_ChunkedLogprobs`): the peak is one chunk's logits and one output-layer gradient,
+    however many tokens there are.
     """
     if chunk_tokens < 1:
         raise ValueError(f"chunk_tokens must be at least 1, got {chunk_tokens}")
-    recompute = torch.is_grad_enabled() and (hidden.requires_grad or head.weight.requires_grad)
-    pieces: list[torch.Tensor] = []
-    for start in range(0, hidden.shape[0], chunk_tokens):
-        rows, wanted = hidden[start : start + chunk_tokens], targets[start : start + chunk_tokens]
-        if recompute:
-            piece = checkpoint(_chunk_logprobs, rows, wanted, head.weight, head.bias, use_reentrant=False)
-            pieces.append(cast(torch.Tensor, piece))
-        else:
-            pieces.append(_chunk_logprobs(rows, wanted, head.weight, head.bias))
-    return torch.cat(pieces) if pieces else hidden.new_zeros(0, dtype=torch.float32)
+    scores = _ChunkedLogprobs.apply(hidden, head.weight, head.bias, targets, chunk_tokens)
+    return cast(torch.Tensor, scores)
 
 
-def _chunk_logprobs(
-    hidden: torch.Tensor, targets: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
-) -> torch.Tensor:
-    logits = torch.nn.functional.linear(hidden, weight, bias).float()
-    return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1)
+class _ChunkedLogprobs(torch.autograd.Function):
+    """Token logprobs through the output layer without keeping vocabulary-wide tensors for the backward.
+
+    Autograd's own graph (even checkpointed chunk by chunk) holds, per chunk, the logits, their
+    softmax, the logits' gradient and a separate ``[vocabulary, hidden]`` gradient of the output
+    layer, which an accumulation then adds up. Here the backward makes a chunk's logits again, turns
+    them into ``d logprob / d logits = onehot(target) - softmax`` in place, and adds the chunk's
+    share into one output-layer gradient (``addmm_``), as fused linear-cross-entropy kernels do.
+    """
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        hidden: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        targets: torch.Tensor,
+        chunk_tokens: int,
+    ) -> torch.Tensor:
+        scores = hidden.new_empty(hidden.shape[0], dtype=torch.float32)
+        for start in range(0, hidden.shape[0], chunk_tokens):
+            logits = _logits(hidden[start : start + chunk_tokens], weight, bias)
+            wanted = targets[start : start + chunk_tokens].unsqueeze(-1)
+            scores[start : start + chunk_tokens] = logits.gather(-1, wanted).squeeze(-1) - logits.logsumexp(-1)
+        ctx.save_for_backward(hidden, weight, bias, targets)
+        ctx.chunk_tokens = chunk_tokens
+        return scores
+
+    @staticmethod
+    def backward(  # type: ignore[override]
+        ctx: Any, grad_scores: torch.Tensor
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, None, None]:
+        hidden, weight, bias, targets = ctx.saved_tensors
+        want_hidden, want_weight, want_bias = ctx.needs_input_grad[:3]
+        grad_hidden = torch.empty_like(hidden) if want_hidden else None
+        grad_weight = torch.zeros_like(weight) if want_weight else None
+        grad_bias = torch.zeros_like(bias) if want_bias else None
+        for start in range(0, hidden.shape[0], ctx.chunk_tokens):
+            rows = hidden[start : start + ctx.chunk_tokens]
+            upstream = grad_scores[start : start + ctx.chunk_tokens].float().unsqueeze(-1)
+            logits = _logits(rows, weight, bias)
+            # d score / d logits = onehot(target) - softmax, times the score's gradient; made in place.
+            logits.sub_(logits.logsumexp(-1, keepdim=True)).exp_().mul_(-upstream)
+            logits.scatter_add_(-1, targets[start : start + ctx.chunk_tokens].unsqueeze(-1), upstream)
+            grad_logits = logits.to(weight.dtype)
+            if grad_hidden is not None:
+                torch.mm(grad_logits, weight, out=grad_hidden[start : start + ctx.chunk_tokens])
+            if grad_weight is not None:
+                grad_weight.addmm_(grad_logits.T, rows)
+            if grad_bias is not None:
+                grad_bias.add_(grad_logits.sum(0))
+        return grad_hidden, grad_weight, grad_bias, None, None
+
+
+def _logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return torch.nn.functional.linear(hidden, weight, bias).float()
 
 
 def _output_layer(model: PreTrainedModel) -> torch.nn.Linear | None:

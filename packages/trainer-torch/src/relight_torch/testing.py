@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from relight.engine import GenerationRequest
@@ -40,6 +41,7 @@ __all__ = [
     "Served",
     "TokenizerReference",
     "answers",
+    "final_gradients",
     "free_port",
     "served_process",
     "server_process",
@@ -109,6 +111,29 @@ def server_process(command: Sequence[str]) -> Iterator[None]:
         server.wait(timeout=30)
         if server.stderr is not None:
             server.stderr.close()
+
+
+@contextmanager
+def final_gradients(model: torch.nn.Module) -> Iterator[list[torch.Tensor]]:
+    """Each parameter's gradient as the block's last backward pass left it (clipped, if the learner clipped it).
+
+    The learner drops every gradient once its parameter has moved, so tests that compare
+    gradients take them here: the list is filled, in ``model.parameters()`` order, when the block ends.
+    """
+    parameters = list(model.parameters())
+    seen: dict[int, torch.Tensor] = {}
+
+    def keep(index: int) -> Any:
+        return lambda parameter: seen.__setitem__(index, parameter.grad)
+
+    handles = [p.register_post_accumulate_grad_hook(keep(i)) for i, p in enumerate(parameters)]
+    gradients: list[torch.Tensor] = []
+    try:
+        yield gradients
+    finally:
+        for handle in handles:
+            handle.remove()
+    gradients.extend(seen[i] for i in range(len(parameters)) if i in seen)
 
 
 def answers(engine: TorchEngine, texts: list[str], rewards: list[float]) -> list[Transition]:
