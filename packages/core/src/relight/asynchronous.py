@@ -38,7 +38,7 @@ import dataclasses
 import statistics
 import time
 from collections import Counter, deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,7 +51,7 @@ from relight.drops import DropReason, mark_dropped
 from relight.errors import ConfigError
 from relight.gateway import Gateway
 from relight.models import Resources, Rollout, Transition
-from relight.steps import group_id, group_requests, step_metrics
+from relight.steps import LoopHooks, TrainingLoop, group_id, group_requests, step_metrics
 from relight.store import Store
 from relight.transitions import TransitionBuilder
 
@@ -75,19 +75,6 @@ class AsyncOptions:
             raise ConfigError(f"max_staleness must be 0 or more, got {self.max_staleness}")
         if self.group_timeout is not None and not self.group_timeout > 0:
             raise ConfigError(f"group_timeout must be a positive number of seconds or None, got {self.group_timeout}")
-
-
-@dataclass(frozen=True, slots=True)
-class LoopHooks:
-    """What the trainer lends the loop, so both loops publish, checkpoint, log and validate alike."""
-
-    publish: Callable[[], Awaitable[Resources]]
-    """Serve and publish the algorithm's current policy."""
-    returns: Callable[[Sequence[Rollout]], Awaitable[list[float]]]
-    finish_step: Callable[[dict[str, float], Resources], Awaitable[dict[str, float]]]
-    """After an update: checkpoint, metrics file, validation on schedule; returns the step's metrics."""
-    report: Callable[[Mapping[str, float]], None]
-    """The progress line of a step."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +136,7 @@ class _Totals:
         return self.groups_dropped_stale + self.groups_aged_out
 
 
-class AsyncTraining:
+class AsyncTraining(TrainingLoop):
     """One asynchronous :meth:`relight.Trainer.fit` over a store and gateway the trainer set up."""
 
     def __init__(
@@ -160,13 +147,12 @@ class AsyncTraining:
         transitions: TransitionBuilder,
         options: AsyncOptions,
         hooks: LoopHooks,
+        *,
+        console: Console,
     ) -> None:
-        self.store = store
-        self.gateway = gateway
-        self.algorithm = algorithm
-        self.builder = transitions
+        super().__init__(store, gateway, algorithm, transitions, hooks)
         self.options = options
-        self.hooks = hooks
+        self.console = console
         self.live = bool(getattr(algorithm, "live_updates", False))
         self._inflight: dict[str, _Group] = {}
         self._ready: list[_Group] = []
@@ -174,7 +160,7 @@ class AsyncTraining:
         self._totals = _Totals(began=time.perf_counter())
 
     async def run(
-        self, dataset: Sequence[JsonValue], resources: Resources, console: Console
+        self, dataset: Sequence[JsonValue], resources: Resources
     ) -> tuple[int, Resources, list[dict[str, float]]]:
         """Train over ``epochs`` passes of ``dataset``; returns the last step, resources and each step's metrics."""
         size = self.options.batch_size
@@ -190,7 +176,7 @@ class AsyncTraining:
             MofNCompleteColumn(),
             TextColumn("{task.fields[info]}"),
         )
-        with Progress(*columns, TimeElapsedColumn(), console=console, transient=True) as progress:
+        with Progress(*columns, TimeElapsedColumn(), console=self.console, transient=True) as progress:
             bar = progress.add_task("groups", total=len(pending), info="")
             return await self._run(resources, lambda: self._show(progress, bar))
 

@@ -1,20 +1,60 @@
-"""What a training step enqueues and reports, the same in the synchronous and asynchronous loops.
+"""What the synchronous and asynchronous training loops share: what they work on, enqueue and report.
 
-Both loops name a task's group ``step<n>-task<i>`` (so a run's groups line up whichever loop ran
-it), enqueue ``n_samples`` rollouts per group, and report a step's metrics under the same names in
-the same order: the ones the synchronous loop reports first, then each loop's own.
+Both loops work on the store, gateway and algorithm the trainer set up, with the hooks it lends
+them (:class:`LoopHooks`: publishing, checkpoints, validation, progress lines). Both name a task's
+group ``step<n>-task<i>`` (so a run's groups line up whichever loop ran it), enqueue ``n_samples``
+rollouts per group, and report a step's metrics under the same names in the same order: the ones
+the synchronous loop reports first, then each loop's own.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from pydantic import JsonValue
 
+from relight.algorithm import Algorithm
+from relight.gateway import Gateway
 from relight.models import Resources, Rollout, RolloutRequest, RolloutStatus, Transition
+from relight.store import Store
+from relight.transitions import TransitionBuilder
 
-__all__ = ["group_id", "group_requests", "step_metrics"]
+__all__ = ["LoopHooks", "TrainingLoop", "group_id", "group_requests", "step_metrics"]
+
+
+@dataclass(frozen=True, slots=True)
+class LoopHooks:
+    """What the trainer lends the loop, so both loops publish, checkpoint, log and validate alike."""
+
+    publish: Callable[[], Awaitable[Resources]]
+    """Serve and publish the algorithm's current policy."""
+    returns: Callable[[Sequence[Rollout]], Awaitable[list[float]]]
+    finish_step: Callable[[dict[str, float], Resources], Awaitable[dict[str, float]]]
+    """After an update: checkpoint, metrics file, validation on schedule; returns the step's metrics."""
+    report: Callable[[Mapping[str, float]], None]
+    """The progress line of a step."""
+
+
+class TrainingLoop(ABC):
+    """One :meth:`relight.Trainer.fit`'s training loop over the store and gateway the trainer set up."""
+
+    def __init__(
+        self, store: Store, gateway: Gateway, algorithm: Algorithm, transitions: TransitionBuilder, hooks: LoopHooks
+    ) -> None:
+        self.store = store
+        self.gateway = gateway
+        self.algorithm = algorithm
+        self.builder = transitions
+        self.hooks = hooks
+
+    @abstractmethod
+    async def run(
+        self, dataset: Sequence[JsonValue], resources: Resources
+    ) -> tuple[int, Resources, list[dict[str, float]]]:
+        """Train over ``epochs`` passes of ``dataset``; returns the last step, resources and each step's metrics."""
 
 
 def group_id(step: int, position: int) -> str:

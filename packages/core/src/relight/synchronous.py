@@ -6,7 +6,7 @@ turns them into transitions and hands those to ``algorithm.update`` while the ga
 no call is served by weights that are changing. With ``dynamic_sampling`` it first samples again,
 at most that many rounds, the tasks whose group has no learning signal (:mod:`relight.signal`).
 Publishing, checkpoints, the metrics file and validation are the trainer's, lent through
-:class:`relight.asynchronous.LoopHooks` exactly as to the asynchronous loop.
+:class:`relight.steps.LoopHooks` exactly as to the asynchronous loop.
 """
 
 from __future__ import annotations
@@ -18,11 +18,10 @@ from dataclasses import dataclass
 from pydantic import JsonValue
 
 from relight.algorithm import Algorithm
-from relight.asynchronous import LoopHooks
 from relight.gateway import Gateway
 from relight.models import Resources, Rollout, RolloutRequest, Transition
 from relight.signal import flat_groups, sample_until_signal
-from relight.steps import group_id, group_requests, step_metrics
+from relight.steps import LoopHooks, TrainingLoop, group_id, group_requests, step_metrics
 from relight.store import Store
 from relight.transitions import TransitionBuilder
 
@@ -43,7 +42,7 @@ class SyncOptions:
     dynamic_sampling: int = 0
 
 
-class SyncTraining:
+class SyncTraining(TrainingLoop):
     """One synchronous :meth:`relight.Trainer.fit` over a store and gateway the trainer set up."""
 
     def __init__(
@@ -58,12 +57,8 @@ class SyncTraining:
         run_batch: RunBatch,
         warn: Callable[[str], None],
     ) -> None:
-        self.store = store
-        self.gateway = gateway
-        self.algorithm = algorithm
-        self.builder = transitions
+        super().__init__(store, gateway, algorithm, transitions, hooks)
         self.options = options
-        self.hooks = hooks
         self.run_batch = run_batch
         self.warn = warn
 

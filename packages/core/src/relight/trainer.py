@@ -33,7 +33,7 @@ from rich.console import Console
 from relight._server import AsgiServer
 from relight.agent import Agent
 from relight.algorithm import Algorithm, UpstreamTarget
-from relight.asynchronous import AsyncOptions, AsyncTraining, LoopHooks
+from relight.asynchronous import AsyncOptions, AsyncTraining
 from relight.devreport import DevResult, dev_result, dev_table
 from relight.errors import ConfigError
 from relight.gateway import Gateway, OpenAIUpstream, Retokenizer, Upstream
@@ -44,6 +44,7 @@ from relight.rolecheck import RoleCheck
 from relight.runfolder import RunFolder, default_run_dir
 from relight.runner import Runner, RunnerProcesses
 from relight.runner_groups import RunnerGroup
+from relight.steps import LoopHooks, TrainingLoop
 from relight.store import DEFAULT_LEASE_SECONDS, Store
 from relight.supervisor import RunnerSupervisor
 from relight.synchronous import SyncOptions, SyncTraining
@@ -233,10 +234,8 @@ class Trainer:
                     finish_step=finish_step,
                     report=self.progress.step,
                 )
-                if self.max_staleness is not None:
-                    step, resources, steps = await self._fit_async(loop, algorithm, train_dataset, resources, hooks)
-                else:
-                    step, resources, steps = await self._fit_sync(loop, algorithm, train_dataset, resources, hooks)
+                training = self._training(loop, algorithm, hooks)
+                step, resources, steps = await training.run(train_dataset, resources)
                 history += steps
                 if val_dataset and not (self.val_every and step % self.val_every == 0):
                     history.append(await self._validate(loop, val_dataset, resources, step))
@@ -248,57 +247,42 @@ class Trainer:
             self.progress.note(f"relight: run {ended}; metrics, summary and reward curve in {run.path}")
         return history
 
-    async def _fit_sync(
-        self,
-        loop: _Loop,
-        algorithm: Algorithm,
-        dataset: Sequence[JsonValue],
-        resources: Resources,
-        hooks: LoopHooks,
-    ) -> tuple[int, Resources, list[dict[str, float]]]:
-        options = SyncOptions(
+    def _training(self, loop: _Loop, algorithm: Algorithm, hooks: LoopHooks) -> TrainingLoop:
+        """The synchronous loop, or the asynchronous one when ``max_staleness`` is set."""
+        if self.max_staleness is not None:
+            options = AsyncOptions(
+                max_staleness=self.max_staleness,
+                batch_size=self.batch_size,
+                n_samples=self.n_samples,
+                epochs=self.epochs,
+                max_attempts=self.max_attempts,
+                group_timeout=self.group_timeout,
+                resample_stale=self.resample_stale,
+            )
+            return AsyncTraining(
+                loop.store, loop.gateway, algorithm, self.transitions, options, hooks, console=self.console
+            )
+
+        async def run_batch(requests: Sequence[RolloutRequest], label: str) -> list[Rollout]:
+            return await self._run_batch(loop, requests, label, check_roles=True)
+
+        sync = SyncOptions(
             batch_size=self.batch_size,
             n_samples=self.n_samples,
             epochs=self.epochs,
             max_attempts=self.max_attempts,
             dynamic_sampling=self.dynamic_sampling,
         )
-
-        async def run_batch(requests: Sequence[RolloutRequest], label: str) -> list[Rollout]:
-            return await self._run_batch(loop, requests, label, check_roles=True)
-
-        training = SyncTraining(
+        return SyncTraining(
             loop.store,
             loop.gateway,
             algorithm,
             self.transitions,
-            options,
+            sync,
             hooks,
             run_batch=run_batch,
             warn=self.progress.warn,
         )
-        return await training.run(dataset, resources)
-
-    async def _fit_async(
-        self,
-        loop: _Loop,
-        algorithm: Algorithm,
-        dataset: Sequence[JsonValue],
-        resources: Resources,
-        hooks: LoopHooks,
-    ) -> tuple[int, Resources, list[dict[str, float]]]:
-        assert self.max_staleness is not None
-        options = AsyncOptions(
-            max_staleness=self.max_staleness,
-            batch_size=self.batch_size,
-            n_samples=self.n_samples,
-            epochs=self.epochs,
-            max_attempts=self.max_attempts,
-            group_timeout=self.group_timeout,
-            resample_stale=self.resample_stale,
-        )
-        training = AsyncTraining(loop.store, loop.gateway, algorithm, self.transitions, options, hooks)
-        return await training.run(dataset, resources, self.console)
 
     async def _validate(
         self, loop: _Loop, dataset: Sequence[JsonValue], resources: Resources, step: int
