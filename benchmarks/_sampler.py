@@ -25,7 +25,18 @@ PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("gateway", ("/relight/gateway/", "/uvicorn/", "/starlette/", "/aiohttp/", "/relight/_server.py")),
     ("store", ("/relight/stores/", "/relight/batcher.py", "/sqlite3/")),
     ("runner", ("/relight/runner", "/relight/agent.py", "/relight/_threads.py", "/relight/tracing.py")),
-    ("trainer", ("/relight/trainer.py", "/relight/transitions.py", "/relight/credit.py", "/relight/testing/algo")),
+    (
+        "trainer",
+        (
+            "/relight/trainer.py",
+            "/relight/synchronous.py",
+            "/relight/asynchronous.py",
+            "/relight/steps.py",
+            "/relight/transitions.py",
+            "/relight/credit.py",
+            "/relight/testing/algo",
+        ),
+    ),
 )
 """Parts in the order they are looked for, and the file paths that belong to each. A sample in none of
 them is the event loop's own work where an event loop runs the thread (its frames are outermost), else other."""

@@ -26,8 +26,6 @@ import argparse
 import asyncio
 import json
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator
@@ -35,6 +33,7 @@ from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from _served import served
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
@@ -75,19 +74,8 @@ async def store_url(kind: str, folder: Path, postgres: PostgresServer | None) ->
     if kind == "http+postgresql":
         assert postgres is not None
         database = postgres.create_database()
-    command = [sys.executable, "-m", "relight.cli", "store", "serve", "--store", database, "--port", "0"]
-    server = await asyncio.create_subprocess_exec(
-        *command, stdout=subprocess.PIPE, env={**os.environ, "COLUMNS": "500"}
-    )
-    assert server.stdout is not None
-    try:
-        line = (await server.stdout.readline()).decode()
-        if not line.startswith("serving "):
-            raise RuntimeError(f"the store server did not start: {line!r}")
-        yield line.split()[-1]
-    finally:
-        server.terminate()
-        await server.wait()
+    async with served(database) as url:
+        yield url
 
 
 async def finish(store: Store, ids: list[str]) -> list[RolloutStatus]:

@@ -28,8 +28,6 @@ import asyncio
 import json
 import math
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -37,6 +35,7 @@ from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from _served import served
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import Progress
@@ -130,26 +129,10 @@ async def open_backend(backend: str, folder: Path) -> AsyncIterator[Store]:
             yield store
             await store.close()
     else:
-        async with served(folder / "served.db") as url:
+        async with served(f"sqlite:///{folder / 'served.db'}") as url:
             store = HttpStore(url)
             yield store
             await store.close()
-
-
-@asynccontextmanager
-async def served(path: Path) -> AsyncIterator[str]:
-    """``relight store serve`` over a SQLite file, in a process of its own."""
-    command = [sys.executable, "-m", "relight.cli", "store", "serve", "--store", f"sqlite:///{path}", "--port", "0"]
-    server = await asyncio.create_subprocess_exec(*command, stdout=subprocess.PIPE)
-    assert server.stdout is not None
-    try:
-        line = (await server.stdout.readline()).decode()
-        if not line.startswith("serving "):
-            raise RuntimeError(f"the store server did not start: {line!r}")
-        yield line.split()[-1]
-    finally:
-        server.terminate()
-        await server.wait()
 
 
 async def ingest(store: Store, mode: str, attempts: list[list[Span]]) -> float:
