@@ -1,46 +1,32 @@
 """The gateway with its defaults in front of a real third-party server: `transformers serve` with SmolLM2."""
 
-import socket
-import subprocess
+import io
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
+from rich.console import Console
 
 from relight import semconv
+from relight.agent import LLM, rollout
 from relight.gateway import Gateway
 from relight.models import RolloutRequest
 from relight.stores.memory import InMemoryStore
+from relight.trainer import Trainer
+from relight_torch.testing import free_port, server_process
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def transformers_serve(smollm2_path: Path) -> Iterator[str]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     command = [sys.executable, "-m", "transformers.cli.transformers", "serve", str(smollm2_path)]
-    command += ["--host", "127.0.0.1", "--port", str(port), "--device", "cpu"]
-    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        assert server.stderr is not None
-        for line in server.stderr:  # its own readiness line, not a sleep
-            if "Uvicorn running on" in line:
-                break
-        else:
-            pytest.fail(f"transformers serve exited with {server.wait()} before serving")
-        drain = threading.Thread(target=server.stderr.read, daemon=True)  # its log never fills the pipe
-        drain.start()
+    with server_process([*command, "--host", "127.0.0.1", "--port", str(port), "--device", "cpu"]):
         yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-        if server.stderr is not None:
-            server.stderr.close()
 
 
 async def test_its_calls_are_retokenized_with_the_end_of_turn_token(
@@ -70,3 +56,22 @@ async def test_its_calls_are_retokenized_with_the_end_of_turn_token(
     assert ids[-1] == 2  # type: ignore[index]  # <|im_end|>, which the model sampled to stop
     assert reply.usage is not None
     assert span.attributes[semconv.GEN_AI_USAGE_OUTPUT_TOKENS] == len(ids) == reply.usage.completion_tokens  # type: ignore[arg-type]
+
+
+def test_dev_mode_shows_its_calls_as_retokenized(transformers_serve: str, smollm2_path: Path) -> None:
+    @rollout
+    def ask(task: str, llm: LLM) -> float:
+        with openai.OpenAI(base_url=llm.base_url, api_key=llm.api_key, max_retries=0) as client:
+            messages: list[Any] = [{"role": "user", "content": task}]
+            client.chat.completions.create(model=llm.model, messages=messages, max_tokens=8, temperature=0)
+        return 1.0
+
+    shown = io.StringIO()
+    trainer = Trainer(console=Console(file=shown, width=200))
+    (result,) = trainer.dev(
+        ask, ["What is the capital of France?"], base_url=transformers_serve, model=str(smollm2_path)
+    )
+    assert (result.calls, result.trainable_calls, result.retokenized_calls, result.untrainable_calls) == (1, 0, 1, 0)
+    (row,) = [line for line in shown.getvalue().splitlines() if result.rollout.rollout_id in line]
+    assert "1 retokenized" in row
+    assert "trainable" not in row.replace("retokenized", "")
