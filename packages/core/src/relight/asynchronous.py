@@ -53,6 +53,7 @@ from relight.gateway import Gateway
 from relight.models import Resources, Rollout, Transition
 from relight.steps import LoopHooks, TrainingLoop, group_id, group_requests, step_metrics
 from relight.store import Store
+from relight.trained import record_trained
 from relight.transitions import TransitionBuilder
 
 __all__ = ["AsyncOptions", "AsyncTraining", "LoopHooks"]
@@ -331,6 +332,7 @@ class AsyncTraining(TrainingLoop):
             async with self.gateway.paused():
                 learned = await self.algorithm.update(transitions)
         updated = time.perf_counter()
+        await record_trained(self.store, self.algorithm, transitions, self.algorithm.policy_version)
         rollouts = [rollout for group in batch for rollout in group.rollouts]
         returns = await self.hooks.returns(rollouts)
         metrics: dict[str, float] = {

@@ -23,6 +23,7 @@ from relight.models import Resources, Rollout, RolloutRequest, Transition
 from relight.signal import flat_groups, sample_until_signal
 from relight.steps import LoopHooks, TrainingLoop, group_id, group_requests, step_metrics
 from relight.store import Store
+from relight.trained import record_trained
 from relight.transitions import TransitionBuilder
 
 __all__ = ["RunBatch", "SyncOptions", "SyncTraining"]
@@ -113,6 +114,7 @@ class SyncTraining(TrainingLoop):
         async with self.gateway.paused():
             learned = await self.algorithm.update(transitions)
         updated = time.perf_counter()
+        await record_trained(self.store, self.algorithm, transitions, self.algorithm.policy_version)
         return step_metrics(
             step,
             learned,

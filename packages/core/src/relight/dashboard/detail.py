@@ -3,7 +3,8 @@
 Each call carries its messages, its response, its response tokens with their logprobs (each id
 decoded on its own, so the exact tokens show, or just the ids where no tokenizer is known), and
 the verdict of :meth:`relight.transitions.TransitionBuilder.explain_spans`: the transition it became
-(role, group, credited reward, policy version) or why it became none.
+(role, group, credited reward, policy version) or why it became none, and, once an update trained
+on it, the advantage the algorithm gave it and the version that update made (:mod:`relight.trained`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pydantic import JsonValue
 from relight import semconv
 from relight.models import Attempt, Span
 from relight.store import Store
+from relight.trained import TrainedCall, trained_calls
 from relight.transitions import TransitionBuilder, episode_return
 from relight.verdicts import CallVerdict
 
@@ -34,6 +36,7 @@ async def rollout_detail(
     attempts = await store.list_attempts(rollout_id)
     spans = await store.query_spans(rollout_id)
     verdict = builder.explain_spans(rollout, attempts, spans)
+    trained = trained_calls(spans)
     last = attempts[-1].attempt_id if attempts else None
     return {
         "rollout": rollout.model_dump(mode="json"),
@@ -44,7 +47,7 @@ async def rollout_detail(
             "summary": verdict.summary(),
         },
         "attempts": [_attempt(attempt, spans) for attempt in attempts],
-        "calls": [_call(call, decode) for call in verdict.calls],
+        "calls": [_call(call, decode, trained.get(call.span.span_id)) for call in verdict.calls],
         "decoded": decode is not None,
     }
 
@@ -89,7 +92,7 @@ def _span_row(span: Span, depth: int, origin: int) -> dict[str, object]:
     }
 
 
-def _call(call: CallVerdict, decode: Decoder | None) -> dict[str, object]:
+def _call(call: CallVerdict, decode: Decoder | None, trained: TrainedCall | None) -> dict[str, object]:
     attributes = call.span.attributes
     transition = call.transition
     return {
@@ -103,6 +106,8 @@ def _call(call: CallVerdict, decode: Decoder | None) -> dict[str, object]:
         "detail": call.detail,
         "notes": [note.value for note in call.notes],
         "group_id": transition.group_id if transition else None,
+        "advantage": trained.advantage if trained else None,
+        "trained_into": trained.policy_version if trained else None,
         "policy_version": attributes.get(semconv.POLICY_VERSION),
         "model": attributes.get(semconv.GEN_AI_REQUEST_MODEL),
         "finish_reasons": attributes.get(semconv.GEN_AI_RESPONSE_FINISH_REASONS),

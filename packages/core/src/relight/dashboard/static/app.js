@@ -224,6 +224,9 @@ function call(c, decoded) {
     el("h3", {}, `call ${c.step ?? "–"} `, c.role ? el("span", { class: "role", text: c.role }) : "", " ", fate),
     el("p", { class: "facts" },
       `reward after credit ${fmt(c.reward)} · group ${c.group_id ?? "–"} · policy version ${fmt(c.policy_version)}`,
+      c.trained_into === null ? "" : el("span", { "data-testid": "advantage",
+        text: ` · advantage ${c.advantage === null ? "not reported by the algorithm" : fmt(c.advantage)}`
+          + ` (trained into version ${c.trained_into})` }),
       ` · ${c.prompt_tokens ?? "?"} prompt → ${c.tokens.length} response tokens · ${fmt(c.duration_ms, 1)} ms`,
       c.finish_reasons ? ` · finish ${c.finish_reasons.join(", ")}` : ""),
     c.trained ? null : el("p", { class: "why", text: c.detail }),
