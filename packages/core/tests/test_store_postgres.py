@@ -14,10 +14,9 @@ from relight.errors import ConfigError, StoreError
 from relight.models import AttemptStatus, RolloutRequest, RolloutStatus
 from relight.store import Store
 from relight.stores.http import HttpStore
-from relight.summaries import SummaryFilter
 from relight.testing.postgres import PostgresServer, postgres_unavailable
 from relight.testing.store import SETTLE, ManualClock, StoreConformance, make_span
-from relight.testing.store_summaries import fill_varied, summaries_from_spans
+from relight.testing.store_summaries import check_migrated, fill_varied, summaries_from_spans
 
 _UNAVAILABLE = postgres_unavailable()
 pytestmark = pytest.mark.skipif(_UNAVAILABLE is not None, reason=_UNAVAILABLE or "")
@@ -108,15 +107,7 @@ async def test_a_database_made_before_summaries_gets_them_when_migrated(database
         conn.execute("DROP TABLE relight_summaries")
         conn.execute("DROP SEQUENCE relight_summary_changes")
         conn.execute("DELETE FROM relight_schema WHERE version > 1")
-    migrated = PostgresStore(database)
-    try:
-        page = await migrated.list_summaries(limit=1000)
-        assert [summary.model_copy(update={"changed": 0}) for summary in page.rows] == expected
-        (rollout, *_) = await migrated.enqueue([RolloutRequest(input="new")])
-        after = await migrated.list_summaries(SummaryFilter(changed_after=page.changed))
-        assert [summary.rollout for summary in after.rows] == [rollout]
-    finally:
-        await migrated.close()
+    await check_migrated(PostgresStore(database), expected)
 
 
 async def test_urls_and_options_are_checked(database: str) -> None:

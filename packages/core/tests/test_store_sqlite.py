@@ -11,9 +11,8 @@ from relight.errors import ConfigError, NotFoundError
 from relight.models import AttemptStatus, RolloutRequest
 from relight.store import Store
 from relight.stores.sqlite import SqliteStore
-from relight.summaries import SummaryFilter
 from relight.testing.store import ManualClock, StoreConformance, make_span
-from relight.testing.store_summaries import fill_varied, summaries_from_spans
+from relight.testing.store_summaries import check_migrated, fill_varied, summaries_from_spans
 
 
 class TestSqliteStore(StoreConformance):
@@ -59,17 +58,7 @@ async def test_a_file_made_before_summaries_gets_them_on_open(tmp_path: Path) ->
     with sqlite3.connect(path) as old:  # as a store of the previous release left it
         old.execute("DROP TABLE summaries")
         old.execute("DELETE FROM counters WHERE name = 'summaries'")
-
-    reopened = SqliteStore(path)
-    try:
-        page = await reopened.list_summaries(limit=1000)
-        assert [summary.model_copy(update={"changed": 0}) for summary in page.rows] == expected
-        assert len({summary.changed for summary in page.rows}) == len(expected)
-        (rollout, *_) = await reopened.enqueue([RolloutRequest(input="new")])
-        after = await reopened.list_summaries(SummaryFilter(changed_after=page.changed))
-        assert [summary.rollout for summary in after.rows] == [rollout]
-    finally:
-        await reopened.close()
+    await check_migrated(SqliteStore(path), expected)
 
 
 async def test_two_stores_on_one_file_never_claim_the_same_rollout(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from relight.summaries import RolloutSummary, SummaryFilter
 from relight.testing.store_inputs import make_span
 from relight.transitions import episode_return
 
-__all__ = ["SummaryConformance", "fill_varied", "summaries_from_spans"]
+__all__ = ["SummaryConformance", "check_migrated", "fill_varied", "summaries_from_spans"]
 
 _ROLES = ["solver", "critic", "team/writer"]
 
@@ -107,6 +107,19 @@ async def summaries_from_spans(store: Store) -> list[RolloutSummary]:
         )
         summaries.append(summary)
     return summaries
+
+
+async def check_migrated(store: Store, expected: list[RolloutSummary]) -> None:
+    """A store opened on data written before summaries existed: they are all there, and kept from now on."""
+    try:
+        page = await store.list_summaries(limit=1000)
+        assert [_without_change(summary) for summary in page.rows] == expected
+        assert len({summary.changed for summary in page.rows}) == len(expected)
+        (rollout, *_) = await store.enqueue([RolloutRequest(input="new")])
+        after = await store.list_summaries(SummaryFilter(changed_after=page.changed))
+        assert [summary.rollout for summary in after.rows] == [rollout]
+    finally:
+        await store.close()
 
 
 def _without_change(summary: RolloutSummary) -> RolloutSummary:
