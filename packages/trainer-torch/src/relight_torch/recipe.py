@@ -68,6 +68,8 @@ class Recipe:
     clip: float = 0.2
     eval_tasks: int = 40
     train_temperature: float = 1.0
+    dynamic_sampling: int = 0
+    """Extra rounds per step that sample again the tasks whose group came back flat (all rewards equal)."""
     token_budget: int = 1024
     """Tokens per forward/backward pass: with a 49k vocabulary the logits dominate memory (~0.2 GB per 1k tokens)."""
 
@@ -94,6 +96,7 @@ class Recipe:
             n_samples=self.samples_per_task,
             concurrency=self.tasks_per_iteration * self.samples_per_task,
             val_every=self.iterations,
+            dynamic_sampling=self.dynamic_sampling,
             **options,
         )
 
