@@ -6,6 +6,7 @@ import torch
 
 from relight.engine import GenerationRequest, SamplingParams
 from relight.models import Transition
+from relight.trained import ReportsAdvantages
 from relight_torch.advantages import grpo_advantages, reinforce_pp_advantages
 from relight_torch.grpo import GRPO
 from relight_torch.learner import Sample
@@ -88,6 +89,15 @@ async def test_an_update_is_served_at_once_under_the_next_policy_version() -> No
     assert (first.policy_version, second.policy_version, algorithm.policy_version) == (0, 1, 1)
     assert first.response_logprobs != second.response_logprobs
     assert metrics["off_policy_transitions"] == 0
+
+
+def test_advantages_are_reported_per_transition_for_the_dashboard() -> None:
+    with tiny_engine(seed=0) as engine:
+        transitions = answers(engine, ["84", "12", "84", "7"], [1.0, 0.0, 1.0, 0.0])
+        algorithm = GRPO(engine)
+        assert isinstance(algorithm, ReportsAdvantages)
+        expected = grpo_advantages([t.reward for t in transitions], [t.group_id for t in transitions])
+        assert algorithm.advantages(transitions) == pytest.approx(expected.tolist())
 
 
 def test_transitions_without_response_tokens_are_not_trainable() -> None:

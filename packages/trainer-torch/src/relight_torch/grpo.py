@@ -140,6 +140,10 @@ class GRPO(PolicyAlgorithm):
         }
         return metrics
 
+    def advantages(self, transitions: Sequence[Transition]) -> list[float]:
+        """The advantage each transition gets in an update (what the dashboard shows per call)."""
+        return [sample.advantage for sample in self.samples(transitions)]
+
     def samples(self, transitions: Sequence[Transition]) -> list[Sample]:
         """Transitions as learner samples, with this estimator's advantages."""
         rewards = [t.reward for t in transitions]
