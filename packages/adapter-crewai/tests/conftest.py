@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from relight_torch.testing import smollm2_path, smollm2_server  # noqa: F401  # the real model, for test_smollm2.py
+from relight_torch.testing import smollm2_path, smollm2_tool_server  # noqa: F401  # the real model, for test_smollm2.py
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -1,9 +1,11 @@
-"""CrewAI against the real SmolLM2-135M-Instruct served by relight-torch: an agent that calls a tool.
+"""CrewAI against the real SmolLM2-135M-Instruct served by relight-torch: an agent's tool round trip.
 
-CrewAI always asks with ``tool_choice: auto``, and SmolLM2 (no tools in its template) does not pick a
-tool by itself, so the crew's ``LLM`` forces one through ``extra_body`` (relight-torch enforces it
-with a grammar). The tool's result is the agent's answer (``result_as_answer``): a forced choice on
-every call would otherwise never let the agent finish, so this crew makes one call, not a round trip.
+CrewAI always asks with ``tool_choice: auto``, and SmolLM2 (no tools in its template) does not pick
+a tool by itself, so the server runs with ``--force-first-tool-call``: the agent's first call is
+decoded as ``required`` (relight-torch enforces it with a grammar), and the model answers freely
+once the tool's result is in the messages. The crew is CrewAI's as a user writes it: its agent calls
+``add`` natively, sends the model the turn that called it (``content: null``) and the tool's result,
+and the model's answer is the task's output.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ async def adder(task: str, llm: LLM) -> float:
     from crewai import Agent, Crew, Task
     from crewai.tools import tool
 
-    @tool("add", result_as_answer=True)
+    @tool("add")
     def add(a: int, b: int) -> int:
         """Add two integers."""
         return a + b
@@ -40,12 +42,13 @@ async def adder(task: str, llm: LLM) -> float:
         api_key=llm.api_key,
         max_tokens=FORCED_TOKENS,
         temperature=0,
-        extra_body={"tool_choice": "required"},
     )
     agent = Agent(
         role="Adder", goal="Add numbers with the add tool.", backstory="You use tools.", llm=model, tools=[add]
     )
-    await Crew(agents=[agent], tasks=[Task(description=task, expected_output="The sum.", agent=agent)]).akickoff()
+    crew = Crew(agents=[agent], tasks=[Task(description=task, expected_output="The sum.", agent=agent)])
+    output = await crew.akickoff()
+    assert output.raw  # the model's answer after the tool's result
     return 1.0
 
 
@@ -54,6 +57,7 @@ def instrumented() -> None:
     CrewAIAdapter().instrument()
 
 
-async def test_agent_calls_a_tool(smollm2_server: Served) -> None:
-    run = await run_agent(adder, ROUND_TRIP_TASK, base_url=smollm2_server.base_url, model=smollm2_server.model)
-    check_tool_round_trip(run, smollm2_server.reference, role="Adder", round_trip=False)
+async def test_agent_tool_round_trip(smollm2_tool_server: Served) -> None:
+    served = smollm2_tool_server
+    run = await run_agent(adder, ROUND_TRIP_TASK, base_url=served.base_url, model=served.model)
+    check_tool_round_trip(run, served.reference, role="Adder", answered=True)

@@ -96,6 +96,14 @@ async def test_chat_call_is_answered_under_a_minted_id_and_recorded_exactly(setu
     assert span.status_code == "OK"
 
 
+async def test_max_completion_tokens_and_stop_strings_are_recorded(setup: Setup) -> None:
+    async with setup.client() as client:
+        await client.chat.completions.create(model="scripted", messages=MESSAGES, max_completion_tokens=9, stop="\n")
+    (span,) = await setup.spans()
+    assert span.attributes[semconv.GEN_AI_REQUEST_MAX_TOKENS] == 9
+    assert span.attributes[semconv.GEN_AI_REQUEST_STOP_SEQUENCES] == ["\n"]
+
+
 async def test_client_that_asks_for_token_ids_and_logprobs_gets_them(setup: Setup) -> None:
     async with setup.client() as client:
         completion = await client.chat.completions.create(

@@ -73,6 +73,24 @@ async def test_a_forced_call_is_a_call_of_the_named_tool_with_schema_arguments(e
     assert "".join(entry["token"] for entry in content).startswith("<tool_call>")
 
 
+async def test_force_first_tool_call_forces_auto_until_a_tool_has_answered(engine: TorchEngine) -> None:
+    """``force_first_tool_call``: ``auto`` is decoded as ``required`` while no tool result is in the messages."""
+    upstream = EngineUpstream(engine)
+    body = {"model": engine.name, "tools": [ADD], "tool_choice": "auto", "max_tokens": 40}
+    engine.force_first_tool_call = True
+    first = (await upstream.complete("chat", {**body, "messages": ASK}))["choices"][0]
+    assert first["finish_reason"] == "tool_calls"
+    (call,) = first["message"]["tool_calls"]
+    assert call["function"]["name"] == "add"
+    tool_turn = {"role": "assistant", "content": None, "tool_calls": [call]}
+    answered = {**body, "messages": [*ASK, tool_turn, {"role": "tool", "tool_call_id": call["id"], "content": "2"}]}
+    after = (await upstream.complete("chat", {**answered, "seed": 3}))["choices"][0]
+    engine.force_first_tool_call = False
+    unforced = (await upstream.complete("chat", {**answered, "seed": 3}))["choices"][0]
+    assert after["token_ids"] == unforced["token_ids"]  # once the tool has answered, decoding is free again
+    assert (await upstream.complete("chat", {**body, "messages": ASK}))["choices"][0]["finish_reason"] != "tool_calls"
+
+
 def test_smollm2_template_renders_tool_turns_with_null_content(smollm2_path: Path) -> None:
     """SmolLM2's ChatML template concatenates content and knows no tools: null content and calls must still render."""
     tokenizer = AutoTokenizer.from_pretrained(smollm2_path)

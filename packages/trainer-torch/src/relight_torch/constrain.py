@@ -10,10 +10,16 @@ is sampled, not what training computes.
 
 Options the engine cannot honour are refused with a :class:`relight.engine.EngineRequestError`
 naming the field (400), never ignored.
+
+:func:`first_call_forced` is the engine's ``force_first_tool_call`` option: a model whose template
+knows no tools (SmolLM2) never calls one when the choice is left to it (``auto``), and some
+frameworks (AutoGen, CrewAI) always leave it, so the engine may force the conversation's first call
+to be a tool call and let the model answer freely once a tool result is in the messages.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from functools import cached_property
@@ -26,7 +32,7 @@ from transformers import PreTrainedTokenizerBase
 from relight.engine import EngineRequestError, GenerationRequest, TokenLogprob
 from relight_torch.toolcalls import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
 
-__all__ = ["Decoding", "parses_tool_calls"]
+__all__ = ["Decoding", "first_call_forced", "parses_tool_calls"]
 
 _MAX_TOP_LOGPROBS = 20
 """OpenAI's limit on ``top_logprobs``."""
@@ -35,6 +41,16 @@ _MAX_TOP_LOGPROBS = 20
 def parses_tool_calls(request: GenerationRequest) -> bool:
     """Whether the response's ``<tool_call>`` blocks become tool calls (not with ``tool_choice: "none"``)."""
     return bool(request.tools) and request.tool_choice != "none"
+
+
+def first_call_forced(request: GenerationRequest) -> GenerationRequest:
+    """``request`` with ``tool_choice: "required"`` when it offers tools, leaves the choice to the model
+    (``auto`` or unset) and its messages hold no tool result yet; otherwise ``request`` as it is."""
+    if not request.tools or request.tool_choice not in (None, "auto") or request.messages is None:
+        return request
+    if any(message.get("role") == "tool" for message in request.messages):
+        return request
+    return dataclasses.replace(request, tool_choice="required")
 
 
 class Decoding:

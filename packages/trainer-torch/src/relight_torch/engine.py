@@ -44,7 +44,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreT
 
 from relight.engine import EngineRequestError, Generation, GenerationRequest, SamplingParams
 from relight_torch.chat import render
-from relight_torch.constrain import Decoding, parses_tool_calls
+from relight_torch.constrain import Decoding, first_call_forced, parses_tool_calls
 from relight_torch.models import model_name
 from relight_torch.packing import left_pad, positions
 from relight_torch.toolcalls import parse_tool_calls
@@ -103,6 +103,12 @@ class TorchEngine:
         max_batch_size: Most sequences sampled together in one batch.
         batch_window: Seconds a new batch waits for the next request before it starts.
         seed: Seeds the sampling of requests that bring no seed of their own.
+        default_max_tokens: New tokens for a request that sets no ``max_tokens``; None: the rest of the context.
+        force_first_tool_call: Decode a request that offers tools with ``tool_choice`` ``auto`` (or
+            none given) as ``required`` while its messages hold no tool result
+            (:func:`relight_torch.constrain.first_call_forced`): for a model that never picks a tool by
+            itself, driven by a framework that always leaves the choice to the model. The logprobs
+            recorded stay the model's own, as for any forced call.
     """
 
     def __init__(
@@ -115,6 +121,7 @@ class TorchEngine:
         batch_window: float = 0.005,
         seed: int = 0,
         default_max_tokens: int | None = None,
+        force_first_tool_call: bool = False,
     ) -> None:
         if tokenizer.pad_token_id is None and tokenizer.eos_token_id is None:
             raise ValueError("the tokenizer has neither a pad nor an eos token; set tokenizer.pad_token")
@@ -127,6 +134,7 @@ class TorchEngine:
         self.context_length: int = getattr(model.config, "max_position_embeddings", None) or 2048
         self.default_max_tokens = default_max_tokens
         """New tokens for a request that sets no ``max_tokens``; None: the rest of the context."""
+        self.force_first_tool_call = force_first_tool_call
         pad = tokenizer.pad_token_id
         self.pad_id: int = pad if pad is not None else tokenizer.eos_token_id  # type: ignore[assignment]
         self._eos_ids = _eos_ids(model, tokenizer)
@@ -163,6 +171,8 @@ class TorchEngine:
     async def generate(self, request: GenerationRequest) -> Generation:
         if request.model and request.model != self.name:
             raise EngineRequestError(f"The model `{request.model}` does not exist.", param="model", status_code=404)
+        if self.force_first_tool_call:
+            request = first_call_forced(request)
         self.decoding.check(request)
         try:
             prompt_ids = self.prompt_ids(request)

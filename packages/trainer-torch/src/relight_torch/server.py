@@ -98,9 +98,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--name", help="the model name to answer to")
+    parser.add_argument(
+        "--force-first-tool-call",
+        action="store_true",
+        help="decode tool_choice auto as required until the messages hold a tool result "
+        "(for a model that never picks a tool by itself; see TorchEngine)",
+    )
     args = parser.parse_args(argv)
     options = {"name": args.name} if args.name else {}
     with load_engine(args.model, **options) as engine:
+        engine.force_first_tool_call = args.force_first_tool_call
         uvicorn.run(create_app(engine), host=args.host, port=args.port, log_level="info")
 
 

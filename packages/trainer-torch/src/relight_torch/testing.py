@@ -47,6 +47,7 @@ __all__ = [
     "server_process",
     "smollm2_path",
     "smollm2_server",
+    "smollm2_tool_server",
 ]
 
 QUESTION = [{"role": "user", "content": "What is 12 * 7?"}]
@@ -77,11 +78,20 @@ def smollm2_server(smollm2_path: Path) -> Iterator[Served]:
         yield served
 
 
+@pytest.fixture(scope="module")
+def smollm2_tool_server(smollm2_path: Path) -> Iterator[Served]:
+    """:func:`smollm2_server` with ``--force-first-tool-call``, for frameworks that always send ``tool_choice: auto``
+    (AutoGen, CrewAI): SmolLM2 never picks a tool by itself; once a tool has answered, it answers freely."""
+    with served_process(smollm2_path, name="smollm2", options=["--force-first-tool-call"]) as served:
+        yield served
+
+
 @contextmanager
-def served_process(path: Path, *, name: str) -> Iterator[Served]:
-    """The model at ``path`` served as ``python -m relight_torch.server`` under ``name`` for the block."""
+def served_process(path: Path, *, name: str, options: Sequence[str] = ()) -> Iterator[Served]:
+    """The model at ``path`` served as ``python -m relight_torch.server`` under ``name`` (with the server's
+    command-line ``options``) for the block."""
     port = free_port()
-    command = [sys.executable, "-m", "relight_torch.server", str(path), "--name", name, "--port", str(port)]
+    command = [sys.executable, "-m", "relight_torch.server", str(path), "--name", name, "--port", str(port), *options]
     with server_process(command):
         yield Served(f"http://127.0.0.1:{port}/v1", name, TokenizerReference(AutoTokenizer.from_pretrained(path)))
 

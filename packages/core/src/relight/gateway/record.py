@@ -182,6 +182,9 @@ class Exchange:
         ):
             if isinstance(self.request.get(name), int | float):
                 attributes[key] = self.request[name]
+        stop = self.request.get("stop")
+        if stop:
+            attributes[semconv.GEN_AI_REQUEST_STOP_SEQUENCES] = [stop] if isinstance(stop, str) else list(stop)
         if self.endpoint == "chat":
             attributes[semconv.GEN_AI_INPUT_MESSAGES] = json.dumps(self.request.get("messages"))
         else:

@@ -14,8 +14,9 @@ holds what was recorded to what makes the run trainable::
 The agent asks the model for the ``add`` tool (:data:`relight.testing.compat.ADD_TOOL`), runs it,
 and sends the model the assistant turn that called it (``content: null`` in most frameworks) and
 the tool's answer: the round trip that a model without tool support in its template (SmolLM2)
-makes only when the engine forces the call (``tool_choice`` required or named). Each call must
-come back trainable, with exact ids; each joins its framework role; the tool is a tool span.
+makes only when the engine forces the call (``tool_choice`` required or named, or, for frameworks
+that always send ``auto``, relight-torch's ``--force-first-tool-call``). Each call must come back
+trainable, with exact ids; each joins its framework role; the tool is a tool span.
 """
 
 from __future__ import annotations
@@ -70,16 +71,17 @@ async def run_agent(agent: Agent, task: JsonValue, *, base_url: str, model: str)
 
 
 def check_tool_round_trip(
-    run: AgentRun, reference: Reference, *, tool: str = "add", role: str | None = None, round_trip: bool = True
+    run: AgentRun, reference: Reference, *, tool: str = "add", role: str | None = None, answered: bool = False
 ) -> None:
     """Hold a run to its first tool round trip: see the module docstring.
 
     ``role`` is the framework role every call must have (the agent's name); None accepts any role.
-    ``round_trip=False`` checks the tool call alone, for an agent whose tool's result ends its run.
+    ``answered=True`` also asks that the last call answered in text, calling no tool: the model's
+    final answer, after the tool's result went back to it.
     """
     assert run.result.rollout.status is RolloutStatus.SUCCEEDED, run.result.rollout.error
     calls = run.of_kind(SpanKind.LLM)
-    assert len(calls) >= (2 if round_trip else 1), f"{len(calls)} LLM call(s): no round trip"
+    assert len(calls) >= 2, f"{len(calls)} LLM call(s): no round trip"
     assert run.result.trainable_calls == len(calls), run.result
     for span in calls:
         check_recorded_span(reference, span)
@@ -87,9 +89,13 @@ def check_tool_round_trip(
     assert cast(list[str], calls[0].attributes[semconv.GEN_AI_RESPONSE_FINISH_REASONS]) == ["tool_calls"]
     assert call["function"]["name"] == tool
     later = [json.loads(cast(str, span.attributes[semconv.GEN_AI_INPUT_MESSAGES])) for span in calls[1:]]
-    assert not round_trip or any(_holds_round_trip(messages, call["id"]) for messages in later), (
+    assert any(_holds_round_trip(messages, call["id"]) for messages in later), (
         f"no later call sent the model the turn that called {tool} ({call['id']}) and the tool's answer"
     )
+    if answered:
+        (last,) = json.loads(cast(str, calls[-1].attributes[semconv.GEN_AI_OUTPUT_MESSAGES]))
+        assert not last.get("tool_calls"), f"the last call called {tool} again: the model never answered"
+        assert last.get("content"), "the last call answered with no text"
     ran = [span for span in run.of_kind(SpanKind.TOOL) if span.attributes.get(semconv.GEN_AI_TOOL_NAME) == tool]
     assert ran, f"no tool span for {tool}"
     assert all(span.attributes.get(semconv.TOOL_SUCCESS) is True for span in ran)
