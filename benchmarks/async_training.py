@@ -25,6 +25,7 @@ import asyncio
 import copy
 import io
 import json
+import resource
 import tempfile
 import time
 from pathlib import Path
@@ -40,24 +41,33 @@ from relight_torch.demo.calculator import problems
 from relight_torch.demo.run import Recipe, warm_start
 from relight_torch.engine import TorchEngine
 from relight_torch.grpo import GRPO
+from relight_torch.learner_process import LearnerProcess
 from relight_torch.tiny import tiny_engine
 
 TOOL_SECONDS = 0.2
 
 
 async def train(
-    warm: dict[str, torch.Tensor], recipe: Recipe, max_staleness: int | None, store_path: Path
+    warm: dict[str, torch.Tensor],
+    recipe: Recipe,
+    max_staleness: int | None,
+    store_path: Path,
+    *,
+    learner_process: bool = True,
 ) -> dict[str, Any]:
     """One training run from the warm-started weights; ``max_staleness`` None is synchronous."""
+    cpu = _cpu_seconds()
     with tiny_engine(seed=recipe.seed) as engine:
         engine.model.load_state_dict(warm)
         updates: list[float] = []
+        live = max_staleness is not None
         algorithm = GRPO(
             engine,
             lr=recipe.lr,
             clip=recipe.clip,
             seed=recipe.seed,
-            live_updates=max_staleness is not None,
+            live_updates=live,
+            learner_process=live and learner_process,
             callbacks=[lambda transitions, metrics: updates.append(time.perf_counter())],
         )
         store = relight.open_store(f"sqlite:///{store_path}")
@@ -82,6 +92,9 @@ async def train(
             history = await trainer.afit(calculator_agent, tasks, val)
         finally:
             await store.close()
+            if isinstance(algorithm.learner, LearnerProcess):
+                algorithm.learner.close()  # reaped: its CPU time counts in the run's
+        ended = time.perf_counter()
     steps = [row for row in history if "reward_mean" in row]
     wall = updates[-1] - began
     samples = sum(row["rollouts"] for row in steps)
@@ -100,9 +113,17 @@ async def train(
         "samples_per_s": round(samples / wall, 2),
         "learner_idle_fraction": round(idle, 3),
         "samples_dropped_stale": dropped,
+        "cpu_cores_used": round((_cpu_seconds() - cpu) / (ended - began), 2),
+        "engine_tokens_per_step": round(engine.tokens / max(engine.steps, 1), 1),
         "train_reward_mean": round(sum(row["reward_mean"] for row in steps[-3:]) / len(steps[-3:]), 3),
         "final_eval_reward": round(history[-1]["val_reward_mean"], 3),
     }
+
+
+def _cpu_seconds() -> float:
+    """CPU seconds of this process and of its reaped children (a learner process)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def warm_weights(recipe: Recipe) -> dict[str, torch.Tensor]:
@@ -121,6 +142,12 @@ def main() -> None:
     parser.add_argument("--sft-steps", type=int, default=300, help="warm-start steps (default 300, the demo's)")
     parser.add_argument("--eval-tasks", type=int, default=64, help="held-out greedy evaluation tasks (default 64)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--learner",
+        choices=("process", "thread"),
+        default="process",
+        help="where asynchronous modes train: a learner process (default) or a thread beside the engine",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
     args = parser.parse_args()
     console = Console(stderr=args.json)
@@ -138,7 +165,8 @@ def main() -> None:
             warm = warm_weights(recipe)
         for k in (None, 1, 2):
             with console.status(f"training, {'synchronous' if k is None else f'max_staleness={k}'}…"):
-                results.append(asyncio.run(train(warm, recipe, k, Path(scratch) / f"store-{k}.db")))
+                store = Path(scratch) / f"store-{k}.db"
+                results.append(asyncio.run(train(warm, recipe, k, store, learner_process=args.learner == "process")))
             if args.json:
                 print(json.dumps(results[-1]), flush=True)
     if args.json:
@@ -148,7 +176,17 @@ def main() -> None:
         f"{recipe.samples_per_task} samples, tool 0–{TOOL_SECONDS * 1000:.0f} ms (tiny Llama, CPU)",
         title_justify="left",
     )
-    columns = ("mode", "wall s", "samples/s", "speed-up", "learner idle", "dropped", "final eval reward")
+    columns = (
+        "mode",
+        "wall s",
+        "samples/s",
+        "speed-up",
+        "learner idle",
+        "dropped",
+        "CPU cores",
+        "tokens/step",
+        "final eval reward",
+    )
     for column in columns:
         table.add_column(column, justify="left" if column == "mode" else "right")
     base = results[0]["samples_per_s"]
@@ -160,6 +198,8 @@ def main() -> None:
             f"{row['samples_per_s'] / base:.2f}×",
             f"{row['learner_idle_fraction']:.0%}",
             f"{row['samples_dropped_stale']:.0f}",
+            f"{row['cpu_cores_used']:.2f}",
+            f"{row['engine_tokens_per_step']:.1f}",
             f"{row['final_eval_reward']:.3f}",
         )
     console.print(table)

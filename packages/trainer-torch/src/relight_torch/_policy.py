@@ -23,6 +23,7 @@ from relight.algorithm import UpstreamTarget
 from relight_torch.checkpoint import load_checkpoint, save_checkpoint
 from relight_torch.engine import TorchEngine
 from relight_torch.learner import Learner
+from relight_torch.learner_process import LearnerProcess
 
 __all__ = ["PolicyAlgorithm"]
 
@@ -38,17 +39,32 @@ class PolicyAlgorithm:
             its generation steps (:meth:`~relight_torch.engine.TorchEngine.load_weights`), so serving never
             stops for an update: what asynchronous training (``Trainer(max_staleness=k)``) wants. Costs a
             second copy of the weights.
+        learner_process: With ``live_updates``, train in a child process (:mod:`relight_torch.learner_process`)
+            rather than on a thread: the update then runs on another core instead of taking turns with the
+            engine on the GIL.
         seed: Seeds :attr:`rng`, the algorithm's own randomness (batch order), kept in checkpoints.
         learner_options: For the :class:`~relight_torch.learner.Learner` (``lr``, ``token_budget``, …).
     """
 
     def __init__(
-        self, engine: TorchEngine, *, live_updates: bool = False, seed: int = 0, **learner_options: Any
+        self,
+        engine: TorchEngine,
+        *,
+        live_updates: bool = False,
+        learner_process: bool = False,
+        seed: int = 0,
+        **learner_options: Any,
     ) -> None:
+        if learner_process and not live_updates:
+            raise ValueError("learner_process=True trains a copy of the weights elsewhere: it needs live_updates=True")
         self.engine = engine
         self.live_updates = live_updates
         trained = copy.deepcopy(engine.model) if live_updates else engine.model
-        self.learner = Learner(trained, pad_id=engine.pad_id, **learner_options)
+        self.learner: Learner | LearnerProcess = (
+            LearnerProcess(trained, pad_id=engine.pad_id, **learner_options)
+            if learner_process
+            else Learner(trained, pad_id=engine.pad_id, **learner_options)
+        )
         self.rng = random.Random(seed)
         self._learner_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="relight-torch-learner")
 

@@ -18,12 +18,13 @@ import dataclasses
 from collections.abc import Sequence
 
 from relight_torch.learner import Learner, Sample
+from relight_torch.learner_process import LearnerProcess
 
 __all__ = ["anchor_missing_logprobs"]
 
 
 def anchor_missing_logprobs(
-    samples: Sequence[Sample], learner: Learner, *, steps: int
+    samples: Sequence[Sample], learner: Learner | LearnerProcess, *, steps: int
 ) -> tuple[list[Sample], dict[str, float]]:
     """``samples`` with the current policy's logprobs where none were recorded, when the update takes ``steps`` > 1.
 

@@ -1,12 +1,13 @@
 """A transformers model served in-process: relight's :class:`~relight.engine.Engine` for the CPU or one GPU.
 
-Calls from many concurrent rollouts are batched dynamically: ``generate`` templates and tokenizes
-the request, queues it and waits; one worker thread takes what is queued (up to
+Calls from many concurrent rollouts are batched continuously: ``generate`` templates and tokenizes
+the request, queues it and waits; one worker thread starts a batch with what is queued (up to
 ``max_batch_size``, waiting while requests keep arriving less than ``batch_window`` seconds
-apart), samples the whole batch with one forward pass per token (left-padded prompts, a KV
-cache, finished rows dropped as they finish) and hands each caller its result. The window
-matters: requests reach the engine one by one through HTTP and the event loop, and a worker
-that started on the first would run batches of one while the rest queue behind it.
+apart) and samples it with one forward pass per token (left-padded prompts, a KV cache). Between
+two passes, rows that finished leave and hand their caller the result at once, and requests queued
+meanwhile join (:mod:`relight_torch.running_batch`): an agent's next call never waits for a batch
+it was not in to end. The window matters for the first pass: requests reach the engine one by one
+through HTTP and the event loop, and a worker that started on the first would prefill them one by one.
 The weights change only between two generation steps (one forward pass of the batch):
 :meth:`TorchEngine.updating_weights` (training in place) and :meth:`TorchEngine.load_weights`
 (swapping in weights trained elsewhere) take the lock each step holds, then raise the policy version.
@@ -40,13 +41,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from relight.engine import EngineRequestError, Generation, GenerationRequest, SamplingParams
 from relight_torch.chat import render
 from relight_torch.constrain import Decoding, first_call_forced, parses_tool_calls
 from relight_torch.models import model_name
-from relight_torch.packing import left_pad, positions
+from relight_torch.running_batch import RunningBatch
 from relight_torch.toolcalls import parse_tool_calls
 
 __all__ = ["Sampled", "TorchEngine"]
@@ -149,6 +150,13 @@ class TorchEngine:
         """Batches the worker has run; with :attr:`rows`, how well requests shared them."""
         self.rows = 0
         """Sequences sampled, over all batches."""
+        self.joined = 0
+        """Sequences that joined a batch already running (continuous batching)."""
+        self.steps = 0
+        """Generation steps (forward passes of a batch) run; :attr:`tokens` over it is the mean batch filled."""
+        self.tokens = 0
+        """Tokens sampled, over all steps."""
+        self._stopping = False
 
     @classmethod
     def from_pretrained(
@@ -285,117 +293,95 @@ class TorchEngine:
     def _ensure_worker(self) -> None:
         with self._start_lock:
             if self._worker is None:
+                self._stopping = False
                 self._worker = threading.Thread(target=self._serve, name="relight-torch-engine", daemon=True)
                 self._worker.start()
 
     def _serve(self) -> None:
-        while True:
+        while not self._stopping:
             first = self._queue.get()
             if first is None:
                 return
-            rows = [first]
-            stop = False
-            while len(rows) < self.max_batch_size:
-                try:
-                    row = self._queue.get(timeout=self.batch_window)
-                except queue.Empty:
-                    break
-                if row is None:
-                    stop = True
-                    break
-                rows.append(row)
+            rows = [first, *self._take(self.max_batch_size - 1, wait=self.batch_window)]
             rows = [row for row in rows if row.future.set_running_or_notify_cancel()]
             if rows:
                 self._run(rows)
-            if stop:
-                return
+
+    def _take(self, most: int, *, wait: float | None = None) -> list[_Row]:
+        """Up to ``most`` queued rows: those waiting now, or while they keep arriving less than ``wait`` s apart."""
+        rows: list[_Row] = []
+        while len(rows) < most and not self._stopping:
+            try:
+                row = self._queue.get(timeout=wait) if wait else self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if row is None:
+                self._stopping = True
+            else:
+                rows.append(row)
+        return rows
 
     def _run(self, rows: list[_Row]) -> None:
+        self.batches += 1
+        in_flight = list(rows)
         try:
             with torch.inference_mode():
-                self._sample(rows)
-            self.batches += 1
-            self.rows += len(rows)
+                self._sample(in_flight)
         except Exception as error:
-            for row in rows:
-                row.future.set_exception(error)
-            return
-        for row in rows:
-            segments = row.segments if len(row.segments) > 1 else None
-            finish = row.finish or "length"
-            row.future.set_result(
-                Sampled(row.response_ids, row.logprobs, finish, row.segments[0][1], segments, row.top)
-            )
+            for row in in_flight:
+                if not row.future.done():
+                    row.future.set_exception(error)
 
-    def _sample(self, rows: list[_Row]) -> None:
-        """Sample the batch one forward pass at a time, each under the weights lock (see the module's docstring)."""
-        device = self.model.device
-        active = rows
+    def _sample(self, in_flight: list[_Row]) -> None:
+        """Sample until every row has finished, one forward pass at a time, each under the weights lock.
+
+        Queued requests join at each step (see :mod:`relight_torch.running_batch`); a row's caller gets its
+        result as soon as the row finishes. ``in_flight`` is kept up to date, for failing what is left.
+        """
+        batch = RunningBatch(self.model, self.pad_id)
+        active: list[_Row] = []
         version: int | None = None
-        cache = DynamicCache()
-        mask = tokens = next_position = torch.empty(0, dtype=torch.long, device=device)
+        tokens = torch.empty(0, dtype=torch.long)
         while True:
             with self._weights.step():
-                if version != self.policy_version:
-                    version = self.policy_version
+                joining = in_flight[len(active) :]
+                if version != self.policy_version:  # new weights: every row again, from its tokens so far
+                    version, active = self.policy_version, in_flight[:]
                     for row in active:
                         row.segments.append((len(row.response_ids), version))
-                    cache = DynamicCache()
-                    output, mask = self._prefill([row.prompt_ids + row.response_ids for row in active], cache)
-                    next_position = mask.sum(-1)
+                    logits = batch.prefill([row.prompt_ids + row.response_ids for row in active])
                 else:
-                    mask = torch.cat([mask, mask.new_ones(len(active), 1)], dim=1)
-                    output = self.model(
-                        input_ids=tokens.unsqueeze(1),
-                        attention_mask=mask,
-                        position_ids=next_position.unsqueeze(1),
-                        past_key_values=cache,
-                        use_cache=True,
-                    )
-                    next_position = next_position + 1
-                logits = output.logits[:, -1].float()
+                    logits = batch.step(tokens)
+                    if joining:
+                        for row in joining:
+                            row.segments.append((0, version))
+                        logits = torch.cat([logits, batch.join([row.prompt_ids for row in joining])])
+                        active = in_flight[:]
+                        self.joined += len(joining)
                 tokens, logprobs = self._next_tokens(logits, active)
                 _note_top_logprobs(logits, active)
-            steps = zip(active, tokens.tolist(), logprobs.tolist(), strict=True)
-            keep = [i for i, (row, token, logprob) in enumerate(steps) if self._extend(row, token, logprob)]
+            self.steps, self.tokens = self.steps + 1, self.tokens + len(active)
+            keep: list[int] = []
+            for i, (row, token, logprob) in enumerate(zip(active, tokens.tolist(), logprobs.tolist(), strict=True)):
+                if self._extend(row, token, logprob):
+                    keep.append(i)
+                else:
+                    self._finish(row)
             if not keep:
                 return
+            batch.keep(keep)
             if len(keep) < len(active):
-                index = torch.tensor(keep, device=device)
-                cache.batch_select_indices(index)
-                mask, tokens, next_position = mask[index], tokens[index], next_position[index]
-                active = [active[i] for i in keep]
+                active = in_flight[:] = [active[i] for i in keep]
+                tokens = tokens[torch.tensor(keep, dtype=torch.long, device=tokens.device)]
+            joining = self._take(self.max_batch_size - len(active))
+            in_flight.extend(row for row in joining if row.future.set_running_or_notify_cancel())
 
-    def _prefill(self, sequences: list[list[int]], cache: DynamicCache) -> tuple[Any, torch.Tensor]:
-        """One forward pass over the batch's sequences into ``cache``; returns its output and attention mask.
-
-        An agent's calls share a long start (system prompt, tool list): that part is computed once
-        and its keys and values repeated for every row, then each row's rest follows, left-padded
-        after it (``prefix, pads, rest``: padding masked, positions counted over real tokens, so
-        each row sees what it would see alone). On a CPU the prompt's forward pass is most of a
-        call's cost, and a batch of 32 calls of the same agent costs about one prompt plus 32 rests.
-        """
-        device = self.model.device
-        shared = _shared_prefix(sequences) if len(sequences) > 1 else 0
-        if shared < _SHARED_MIN:
-            input_ids, mask = left_pad(sequences, pad_id=self.pad_id, device=device)
-            position_ids = positions(mask)
-        else:
-            prefix = torch.tensor([sequences[0][:shared]], dtype=torch.long, device=device)
-            self.model(input_ids=prefix, past_key_values=cache, use_cache=True, logits_to_keep=1)
-            cache.batch_repeat_interleave(len(sequences))
-            input_ids, rest_mask = left_pad([s[shared:] for s in sequences], pad_id=self.pad_id, device=device)
-            mask = torch.cat([rest_mask.new_ones(len(sequences), shared), rest_mask], dim=1)
-            position_ids = positions(mask)[:, shared:]
-        output = self.model(
-            input_ids=input_ids,
-            attention_mask=mask,
-            position_ids=position_ids,
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
-        return output, mask
+    def _finish(self, row: _Row) -> None:
+        self.rows += 1
+        segments = row.segments if len(row.segments) > 1 else None
+        finish = row.finish or "length"
+        result = Sampled(row.response_ids, row.logprobs, finish, row.segments[0][1], segments, row.top)
+        row.future.set_result(result)
 
     def _next_tokens(self, logits: torch.Tensor, rows: Sequence[_Row]) -> tuple[torch.Tensor, torch.Tensor]:
         """Each row's next token (within its grammar, if any), and its logprob at temperature 1."""
@@ -474,21 +460,6 @@ class _Gate:
         with self.condition:
             self._held = False
             self.condition.notify_all()
-
-
-_SHARED_MIN = 16
-"""Shared leading tokens below which a batch is prefilled whole (two passes would cost more than they save)."""
-
-
-def _shared_prefix(sequences: Sequence[Sequence[int]]) -> int:
-    """How many leading tokens every sequence shares, leaving each at least one token of its own."""
-    shortest = min(len(s) for s in sequences)
-    first = sequences[0]
-    for index in range(shortest - 1):
-        token = first[index]
-        if any(s[index] != token for s in sequences):
-            return index
-    return max(0, shortest - 1)
 
 
 def _note_top_logprobs(logits: torch.Tensor, rows: Sequence[_Row]) -> None:

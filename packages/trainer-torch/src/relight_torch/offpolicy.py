@@ -20,12 +20,18 @@ from collections.abc import Sequence
 
 from relight.models import Transition
 from relight_torch.learner import Learner, Sample
+from relight_torch.learner_process import LearnerProcess
 
 __all__ = ["correct_stale_samples"]
 
 
 def correct_stale_samples(
-    samples: Sequence[Sample], transitions: Sequence[Transition], learner: Learner, *, version: int, cap: float
+    samples: Sequence[Sample],
+    transitions: Sequence[Transition],
+    learner: Learner | LearnerProcess,
+    *,
+    version: int,
+    cap: float,
 ) -> tuple[list[Sample], dict[str, float]]:
     """``samples`` with the stale ones corrected, and the correction's metrics.
 

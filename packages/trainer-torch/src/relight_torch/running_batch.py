@@ -1,0 +1,145 @@
+"""The engine's running batch: a KV cache that sequences join and leave between two forward passes.
+
+Requests reach the engine staggered: an agent's next call follows its tool, asynchronous training keeps
+rollouts of several policy versions in flight. A batch that ran to its longest row before taking the
+next request kept each newcomer waiting for a whole generation and ran most of its steps with few rows,
+while each step of a small model costs about the same whatever its rows (Python overhead, not
+arithmetic). So a sequence that arrives joins the batch at the next step (continuous batching): its
+prompt is prefilled alone, and its cache is merged with the running one, both left-padded to the same
+length. Padding is masked and each row's positions count only its own tokens, so every row gets the
+logits it would get alone (the engine's tests compare them with a fresh forward pass). Rows prefilled
+together that share a long prompt start compute it once (:meth:`RunningBatch._prefill`).
+
+The cache is transformers' :class:`~transformers.DynamicCache` built without a config: one plain
+:class:`~transformers.cache_utils.DynamicLayer` (keys and values shaped ``[rows, heads, length, dim]``)
+per layer, which is what the merge and the trim of all-padding columns rely on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from transformers import DynamicCache, PreTrainedModel
+
+from relight_torch.packing import left_pad, positions
+
+__all__ = ["RunningBatch"]
+
+
+class RunningBatch:
+    """The rows a model is sampling together: their KV cache, attention mask and next positions.
+
+    Every method runs one forward pass (or none) and returns the last-position logits of the rows it
+    ran, in row order; the caller samples from them and says which rows go on (:meth:`keep`).
+    """
+
+    def __init__(self, model: PreTrainedModel, pad_id: int) -> None:
+        self.model = model
+        self.pad_id = pad_id
+        self.device = model.device
+        self.cache = DynamicCache()
+        self.mask = torch.empty(0, 0, dtype=torch.long, device=self.device)
+        self.next_position = torch.empty(0, dtype=torch.long, device=self.device)
+
+    def __len__(self) -> int:
+        return self.mask.shape[0]
+
+    def prefill(self, sequences: Sequence[Sequence[int]]) -> torch.Tensor:
+        """Start over with ``sequences`` (a new batch, or every row again under new weights)."""
+        self.cache, self.mask, self.next_position, logits = self._prefill(sequences)
+        return logits
+
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Feed each row its last sampled token (one per row)."""
+        self.mask = torch.cat([self.mask, self.mask.new_ones(len(self), 1)], dim=1)
+        output = self.model(
+            input_ids=tokens.unsqueeze(1),
+            attention_mask=self.mask,
+            position_ids=self.next_position.unsqueeze(1),
+            past_key_values=self.cache,
+            use_cache=True,
+        )
+        self.next_position = self.next_position + 1
+        return output.logits[:, -1].float()
+
+    def join(self, sequences: Sequence[Sequence[int]]) -> torch.Tensor:
+        """Add ``sequences`` after the running rows: prefilled alone, their cache merged into the batch's."""
+        cache, mask, next_position, logits = self._prefill(sequences)
+        width = max(self.mask.shape[1], mask.shape[1])
+        for running, joining in zip(self.cache.layers, cache.layers, strict=True):
+            running.keys = torch.cat([_pad_left(running.keys, width), _pad_left(joining.keys, width)])
+            running.values = torch.cat([_pad_left(running.values, width), _pad_left(joining.values, width)])
+        self.mask = torch.cat([_pad_left(self.mask, width, dim=1), _pad_left(mask, width, dim=1)])
+        self.next_position = torch.cat([self.next_position, next_position])
+        return logits
+
+    def keep(self, index: Sequence[int]) -> None:
+        """Keep only the rows at ``index`` (the others finished), and drop columns that are padding in all of them."""
+        if len(index) < len(self):
+            chosen = torch.tensor(index, dtype=torch.long, device=self.device)
+            self.cache.batch_select_indices(chosen)
+            self.mask, self.next_position = self.mask[chosen], self.next_position[chosen]
+        start = int(self.mask.any(dim=0).int().argmax()) if len(self) else 0
+        if start:
+            for layer in self.cache.layers:
+                layer.keys, layer.values = layer.keys[:, :, start:], layer.values[:, :, start:]
+            self.mask = self.mask[:, start:]
+
+    def _prefill(
+        self, sequences: Sequence[Sequence[int]]
+    ) -> tuple[DynamicCache, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One forward pass over ``sequences`` into a new cache: the cache, mask, next positions and logits.
+
+        An agent's calls share a long start (system prompt, tool list): that part is computed once
+        and its keys and values repeated for every row, then each row's rest follows, left-padded
+        after it (``prefix, pads, rest``: padding masked, positions counted over real tokens, so
+        each row sees what it would see alone). On a CPU the prompt's forward pass is most of a
+        call's cost, and a batch of 32 calls of the same agent costs about one prompt plus 32 rests.
+        """
+        cache = DynamicCache()
+        shared = _shared_prefix(sequences) if len(sequences) > 1 else 0
+        if shared < _SHARED_MIN:
+            input_ids, mask = left_pad(sequences, pad_id=self.pad_id, device=self.device)
+            position_ids = positions(mask)
+        else:
+            prefix = torch.tensor([sequences[0][:shared]], dtype=torch.long, device=self.device)
+            self.model(input_ids=prefix, past_key_values=cache, use_cache=True, logits_to_keep=1)
+            cache.batch_repeat_interleave(len(sequences))
+            input_ids, rest_mask = left_pad([s[shared:] for s in sequences], pad_id=self.pad_id, device=self.device)
+            mask = torch.cat([rest_mask.new_ones(len(sequences), shared), rest_mask], dim=1)
+            position_ids = positions(mask)[:, shared:]
+        output = self.model(
+            input_ids=input_ids,
+            attention_mask=mask,
+            position_ids=position_ids,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        return cache, mask, mask.sum(-1), output.logits[:, -1].float()
+
+
+_SHARED_MIN = 16
+"""Shared leading tokens below which a batch is prefilled whole (two passes would cost more than they save)."""
+
+
+def _shared_prefix(sequences: Sequence[Sequence[int]]) -> int:
+    """How many leading tokens every sequence shares, leaving each at least one token of its own."""
+    shortest = min(len(s) for s in sequences)
+    first = sequences[0]
+    for index in range(shortest - 1):
+        token = first[index]
+        if any(s[index] != token for s in sequences):
+            return index
+    return max(0, shortest - 1)
+
+
+def _pad_left(tensor: torch.Tensor, width: int, *, dim: int = 2) -> torch.Tensor:
+    """``tensor`` with zeros prepended along ``dim`` up to ``width`` (masked columns: their values are never seen)."""
+    missing = width - tensor.shape[dim]
+    if not missing:
+        return tensor
+    shape = list(tensor.shape)
+    shape[dim] = missing
+    return torch.cat([tensor.new_zeros(shape), tensor], dim=dim)
