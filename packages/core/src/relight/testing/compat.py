@@ -204,7 +204,7 @@ def check_llm_span(
     assert attributes[semconv.GEN_AI_USAGE_INPUT_TOKENS] == len(prompt)
     assert attributes[semconv.GEN_AI_USAGE_OUTPUT_TOKENS] == len(response)
     finish = cast(list[str], attributes[semconv.GEN_AI_RESPONSE_FINISH_REASONS])
-    if finish[0] in ("stop", "tool_calls") and not attributes.get("gen_ai.request.stop_sequences"):
+    if finish[0] in ("stop", "tool_calls") and not attributes.get(semconv.GEN_AI_REQUEST_STOP_SEQUENCES):
         assert response[-1] == reference.end_of_turn
 
 
@@ -334,8 +334,12 @@ class ClientCompatibility:
         assert first.usage.completion_tokens <= 6
         stopped = ask(stop=[" "])
         assert " " not in (stopped.choices[0].message.content or "")
-        for span in policy.spans(attempt):
+        spans = policy.spans(attempt)
+        assert len(spans) == 3
+        for span, reply in zip(spans, (first, again, stopped), strict=True):
+            check_span(policy, span, messages=QUESTION, text=reply.choices[0].message.content or "")
             assert span.attributes[semconv.GEN_AI_REQUEST_MAX_TOKENS] == 6
+        assert spans[2].attributes[semconv.GEN_AI_REQUEST_STOP_SEQUENCES] == [" "]
 
     @pytest.mark.parametrize(
         "response_format",
@@ -390,11 +394,17 @@ class ClientCompatibility:
         assert "".join(logprobs.tokens) == reply.choices[0].text
         assert all(len(top) == 2 for top in logprobs.top_logprobs or [])
         span = policy.only_span(attempt)
+        attributes = span.attributes
         assert span.status_code == "OK"
-        assert (
-            policy.reference.decode(cast(list[int], span.attributes[semconv.RESPONSE_TOKEN_IDS]))
-            == reply.choices[0].text
-        )
+        prompt = cast(list[int], attributes[semconv.PROMPT_TOKEN_IDS])
+        response = cast(list[int], attributes[semconv.RESPONSE_TOKEN_IDS])
+        assert policy.reference.decode(prompt) == "The capital of France is"
+        assert policy.reference.decode(response) == reply.choices[0].text
+        assert attributes[semconv.GEN_AI_USAGE_INPUT_TOKENS] == len(prompt)
+        assert attributes[semconv.GEN_AI_USAGE_OUTPUT_TOKENS] == len(response)
+        assert attributes[semconv.RETOKENIZED] is policy.retokenized
+        if not policy.retokenized:
+            assert attributes[semconv.RESPONSE_LOGPROBS] == logprobs.token_logprobs
 
     def test_unknown_model_is_404(self, policy: Policy) -> None:
         attempt = policy.attempt()
@@ -407,11 +417,12 @@ class ClientCompatibility:
         attempt = policy.attempt()
         client = policy.client(attempt)
         whole = client.responses.create(model=policy.model, input="What is 2 + 3?", max_output_tokens=SHORT)
-        streamed = client.responses.create(
-            model=policy.model, input="What is 2 + 3?", max_output_tokens=SHORT, stream=True
+        events = list(
+            client.responses.create(model=policy.model, input="What is 2 + 3?", max_output_tokens=SHORT, stream=True)
         )
-        ends = [event for event in streamed if event.type in ("response.completed", "response.incomplete")]
+        ends = [event for event in events if event.type in ("response.completed", "response.incomplete")]
         assert len(ends) == 1  # incomplete where max_output_tokens cut the answer
+        streamed_text = "".join(event.delta for event in events if event.type == "response.output_text.delta")
         history: list[Json] = [
             {"role": "user", "content": "What is 2 + 3?"},
             {"type": "function_call", "call_id": "call_1", "name": "add", "arguments": '{"a": 2, "b": 3}'},
@@ -425,7 +436,9 @@ class ClientCompatibility:
         assert after.status in ("completed", "incomplete")
         spans = policy.spans(attempt)
         assert len(spans) == 3
-        check_span(policy, spans[0], messages=[{"role": "user", "content": "What is 2 + 3?"}], text=whole.output_text)
+        asked = [{"role": "user", "content": "What is 2 + 3?"}]
+        check_span(policy, spans[0], messages=asked, text=whole.output_text)
+        check_span(policy, spans[1], messages=asked, text=streamed_text)
         call_turn: Json = {
             "role": "assistant",
             "content": None,
@@ -438,7 +451,8 @@ class ClientCompatibility:
         check_span(policy, spans[2], messages=chat_history, tools=chat_tools, text=after.output_text)
 
     def test_anthropic_tool_round_trip(self, policy: Policy) -> None:
-        """The ``anthropic`` client through ``/v1/messages``: a forced ``tool_use``, then its ``tool_result``."""
+        """The ``anthropic`` client through ``/v1/messages``: a forced ``tool_use``, then its ``tool_result``
+        with the answer streamed."""
         attempt = policy.attempt()
         tool: Json = {
             "name": "add",
@@ -464,17 +478,23 @@ class ClientCompatibility:
                 {"role": "assistant", "content": [block.model_dump(exclude_none=True) for block in first.content]},
                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "5"}]},
             ]
-            client.messages.create(
+            with client.messages.stream(
                 model=policy.model,
                 max_tokens=SHORT,
                 messages=cast(Any, history),
                 tools=cast(Any, [tool]),
                 extra_body=GREEDY,
-            )
+            ) as stream:
+                answer = "".join(stream.text_stream)
+                final = stream.get_final_message()
+        assert final.stop_reason in ("end_turn", "max_tokens")
+        assert answer
         spans = policy.spans(attempt)
         assert len(spans) == 2
         for span in spans:
             check_recorded_span(policy.reference, span, retokenized=policy.retokenized)
+        answered = cast(list[int], spans[1].attributes[semconv.RESPONSE_TOKEN_IDS])
+        assert policy.reference.decode(answered).startswith(answer)
         sent = json.loads(cast(str, spans[1].attributes[semconv.GEN_AI_INPUT_MESSAGES]))
         assert [message["role"] for message in sent] == ["user", "assistant", "tool"]
         assert [call["id"] for call in sent[1]["tool_calls"]] == [use.id] == [sent[2]["tool_call_id"]]
