@@ -18,11 +18,11 @@ from calc_scripted import scripted_model
 from relight_torch.recipe import Recipe, main
 
 RECIPE = Recipe(
-    demonstrations=24,
+    demonstrations=96,
     sft_steps=16,
     sft_batch_size=6,
     sft_lr=2e-4,
-    iterations=10,
+    iterations=8,
     tasks_per_iteration=2,
     samples_per_task=4,
     lr=1e-4,
