@@ -6,12 +6,14 @@ calculator takes a random 0–200 ms (``tool_seconds``), so rollouts have a long
 starts from the same warm-started weights and seed and trains on the same tasks:
 
 - synchronous: ``Trainer()``; each step waits for its slowest rollout, then updates with the gateway paused.
-- ``k=1``, ``k=2``: ``Trainer(max_staleness=k)`` with ``GRPO(live_updates=True)``: rollouts keep
-  running while a copy of the weights is trained, which the engine swaps in between generation steps;
-  stale samples get decoupled PPO with truncated importance weights (the default ``tis_cap``).
+- ``k=1``, ``k=2``: ``Trainer(max_staleness=k)`` with ``GRPO(live_updates=True, learner_process=True)``:
+  rollouts keep running while a copy of the weights is trained in a process of its own (``--learner
+  thread``: on a thread of this one), which the engine swaps in between generation steps; stale
+  samples get decoupled PPO with truncated importance weights (the default ``tis_cap``).
 
 Columns: wall seconds of training (to the last update), samples (rollouts trained on) per second,
-the learner's idle fraction (waiting for a batch), samples dropped for staleness, and the final
+the learner's idle fraction (waiting for a batch), samples dropped for staleness, CPU cores used over
+the run (this process and the learner process), the engine's mean rows per forward pass, and the final
 greedy reward on held-out questions.
 
     python benchmarks/async_training.py            # a table

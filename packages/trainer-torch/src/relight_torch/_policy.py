@@ -41,7 +41,8 @@ class PolicyAlgorithm:
             second copy of the weights.
         learner_process: With ``live_updates``, train in a child process (:mod:`relight_torch.learner_process`)
             rather than on a thread: the update then runs on another core instead of taking turns with the
-            engine on the GIL.
+            engine on the GIL. The process is started with ``spawn``, so a script that trains this way needs
+            the usual ``if __name__ == "__main__":`` guard.
         seed: Seeds :attr:`rng`, the algorithm's own randomness (batch order), kept in checkpoints.
         learner_options: For the :class:`~relight_torch.learner.Learner` (``lr``, ``token_budget``, …).
     """
