@@ -13,6 +13,9 @@ process of its own, and reads back the ``scenario.json`` it writes in its run fo
 
     python benchmarks/scenarios.py --scenario calc --seeds 0 1 2        # a table
     python benchmarks/scenarios.py --scenario sql --seeds 0 --json      # one JSON object per line
+
+Figures measured with it so far, and the load they were measured at: examples/README.md ("Measured")
+and each example's README.
 """
 
 from __future__ import annotations
