@@ -111,6 +111,7 @@ def train(
         concurrency=6,
         val_every=1,
         max_attempts=2,
+        lease_seconds=600,  # a loaded machine can stall heartbeats: the retried task's first try must fail, not expire
         transitions=builder,
         console=console or Console(file=io.StringIO()),
     )
