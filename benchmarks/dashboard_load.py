@@ -9,9 +9,10 @@ Then the dashboard serves it over HTTP on loopback and the benchmark measures, w
 
 - ``open``: opening the store (a file filled before summaries existed gets them here, once) and
   the catalog's first read of every rollout's summary, for the curves (once, at start-up);
-- ``list``: the rollout list, a page of 50, under a mix of filters (none, a deep page, status,
-  role, reward, reason, step, combined), p50/p95/max over ``--requests`` requests: each is one
-  query of the store's summaries (:mod:`relight.summaries`), never a read of spans;
+- ``list``: the rollout list, a page of 50, under each filter (status, role, group, step, policy
+  version, reward, reason, combined) and deep in the list (by offset, and by the keyset cursors the
+  page's buttons use), p50/p95/max over ``--requests`` requests each: queries of the store's
+  summaries (:mod:`relight.summaries`), never a read of spans;
 - ``rollout``: one rollout's page (attempts, span tree, calls, tokens) for random rollouts;
 - ``curves``: the runs page's data.
 
@@ -47,16 +48,24 @@ from relight.transitions import TransitionBuilder
 
 CHUNK = 500
 """Rollouts filled at once: their writes gather into few commits."""
-LIST_QUERIES = [
-    {},
-    {"offset": 50_000},
-    {"status": "failed"},
-    {"role": "critic"},
-    {"min_reward": 0.5},
-    {"reason": "filtered role"},
-    {"step": 7},
-    {"mode": "train", "status": "succeeded", "max_reward": 0.5, "offset": 100},
-]
+DEEP = 50_000
+"""How deep the deep pages lie."""
+LIST_QUERIES: dict[str, dict[str, str | int | float]] = {
+    "first page": {},
+    "status=failed": {"status": "failed"},
+    "role=critic": {"role": "critic"},
+    "group": {"group_id": "step7-task120"},
+    "step=7": {"step": 7},
+    "policy_version=3": {"policy_version": 3},
+    "reward >= 0.5": {"min_reward": 0.5},
+    "reason=filtered role": {"reason": "filtered role"},
+    "train, succeeded, reward <= 0.5": {"mode": "train", "status": "succeeded", "max_reward": 0.5},
+    f"offset {DEEP:,}": {"offset": DEEP},
+    f"cursor at {DEEP:,} (next page)": {"before": "<deep>"},
+    f"cursor at {DEEP:,} (page before)": {"after": "<deep>"},
+    f"role=critic, cursor at {DEEP:,}": {"role": "critic", "before": "<deep>"},
+}
+"""The rollout list's queries, each timed on its own: filters, then deep pages by offset and by keyset cursor."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +74,8 @@ class Result:
     requests: int
     p50_ms: float
     p95_ms: float
+    cpu_p50_ms: float
+    """The process's CPU time per request (server and client share it), which a loaded machine inflates far less."""
     max_ms: float
     rollouts: int
     spans: int
@@ -191,13 +202,14 @@ async def _run_attempts(store: SqliteStore, count: int, rng: random.Random) -> N
         remaining = sum(not rollout.is_finished for rollout in finished)
 
 
-def _summary(what: str, timings: list[float], rollouts: int, spans: int) -> Result:
-    ordered = sorted(timings)
+def _summary(what: str, timings: list[tuple[float, float]], rollouts: int, spans: int) -> Result:
+    ordered = sorted(wall for wall, _ in timings)
     return Result(
         what=what,
         requests=len(ordered),
         p50_ms=statistics.median(ordered) * 1e3,
         p95_ms=ordered[max(0, round(0.95 * len(ordered)) - 1)] * 1e3,
+        cpu_p50_ms=statistics.median(cpu for _, cpu in timings) * 1e3,
         max_ms=ordered[-1] * 1e3,
         rollouts=rollouts,
         spans=spans,
@@ -206,9 +218,9 @@ def _summary(what: str, timings: list[float], rollouts: int, spans: int) -> Resu
 
 async def measure(args: argparse.Namespace, console: Console) -> list[Result]:
     path = Path(args.db)
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), time.process_time()
     store = SqliteStore(path)
-    opened = time.perf_counter() - began
+    opened = (time.perf_counter() - began, time.process_time() - cpu)
     try:
         stats = await store.stats()
         if sum(stats.rollouts_by_status.values()) < args.rollouts:
@@ -216,31 +228,34 @@ async def measure(args: argparse.Namespace, console: Console) -> list[Result]:
             stats = await store.stats()
         rollouts, spans = sum(stats.rollouts_by_status.values()), stats.spans
         async with Dashboard(store, port=0, builder=TransitionBuilder(roles="solver"), interval=3600) as dashboard:
-            began = time.perf_counter()
+            began, cpu = time.perf_counter(), time.process_time()
             await dashboard.catalog.refresh()
+            read = (time.perf_counter() - began, time.process_time() - cpu)
             results = [
                 _summary("open the store (once)", [opened], rollouts, spans),
-                _summary("read every summary (once, curves)", [time.perf_counter() - began], rollouts, spans),
+                _summary("read every summary (once, curves)", [read], rollouts, spans),
             ]
             ids = [row.rollout.rollout_id for row in (await store.list_summaries(limit=rollouts)).rows]
             rng = random.Random(1)
             async with httpx.AsyncClient(base_url=dashboard.url, timeout=60) as http:
 
-                async def timed(path: str, params: dict[str, object] | None = None) -> float:
-                    began = time.perf_counter()
+                async def timed(path: str, params: dict[str, str | int | float] | None = None) -> tuple[float, float]:
+                    began, cpu = time.perf_counter(), time.process_time()
                     response = await http.get(path, params=params)
-                    took = time.perf_counter() - began
+                    took = (time.perf_counter() - began, time.process_time() - cpu)
                     response.raise_for_status()
                     return took
 
-                lists = [
-                    await timed("/api/rollouts", LIST_QUERIES[i % len(LIST_QUERIES)]) for i in range(args.requests)
-                ]
+                deep = ids[min(DEEP, len(ids) - 1)]
+                lists: dict[str, list[tuple[float, float]]] = {}
+                for name, query in LIST_QUERIES.items():
+                    params = {key: deep if value == "<deep>" else value for key, value in query.items()}
+                    lists[name] = [await timed("/api/rollouts", params) for _ in range(args.requests)]
                 pages = [await timed(f"/api/rollouts/{rng.choice(ids)}") for _ in range(args.requests)]
-                curves = [await timed("/api/curves") for _ in range(max(5, args.requests // 10))]
+                curves = [await timed("/api/curves") for _ in range(args.requests)]
         return [
             *results,
-            _summary("list (page of 50, mixed filters)", lists, rollouts, spans),
+            *(_summary(f"list: {name}", timings, rollouts, spans) for name, timings in lists.items()),
             _summary("rollout page (20 spans, 4 calls)", pages, rollouts, spans),
             _summary("curves (runs page)", curves, rollouts, spans),
         ]
@@ -252,7 +267,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="print one JSON object per line instead of a table")
     parser.add_argument("--rollouts", type=int, default=100_000, help="rollouts in the store (default: 100,000)")
-    parser.add_argument("--requests", type=int, default=200, help="requests timed per endpoint (default: 200)")
+    parser.add_argument(
+        "--requests", type=int, default=40, help="requests timed per list query and per other endpoint (default: 40)"
+    )
     parser.add_argument(
         "--db",
         default=str(Path(tempfile.gettempdir()) / "relight-dashboard-load.db"),
@@ -269,10 +286,12 @@ def main() -> None:
         title=f"dashboard on {results[0].rollouts:,} rollouts, {results[0].spans:,} spans (SQLite)",
         title_justify="left",
     )
-    for column in ("what", "requests", "p50 ms", "p95 ms", "max ms"):
+    for column in ("what", "requests", "p50 ms", "p95 ms", "max ms", "CPU p50 ms"):
         table.add_column(column, justify="left" if column == "what" else "right")
     for r in results:
-        table.add_row(r.what, str(r.requests), f"{r.p50_ms:.1f}", f"{r.p95_ms:.1f}", f"{r.max_ms:.1f}")
+        table.add_row(
+            r.what, str(r.requests), f"{r.p50_ms:.1f}", f"{r.p95_ms:.1f}", f"{r.max_ms:.1f}", f"{r.cpu_p50_ms:.1f}"
+        )
     console.print(table)
     console.print("bar: list and rollout pages under 200 ms at p95", style="dim")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import signal
@@ -150,6 +151,19 @@ async def test_pages_cover_the_list_once(client: httpx.AsyncClient) -> None:
     assert (await get(client, "/api/rollouts", offset=total))["rows"] == []
 
 
+async def test_cursor_pages_walk_the_list_as_offsets_do_and_back(client: httpx.AsyncClient) -> None:
+    where = {"status": "succeeded", "limit": 4}
+    by_cursor = [await get(client, "/api/rollouts", **where)]
+    by_offset = [await get(client, "/api/rollouts", offset=o, **where) for o in range(0, by_cursor[0]["total"], 4)]
+    while (last := by_cursor[-1])["offset"] + len(last["rows"]) < last["total"]:
+        by_cursor.append(await get(client, "/api/rollouts", before=last["rows"][-1]["rollout_id"], **where))
+    assert len(by_cursor) > 2
+    assert [(p["offset"], p["rows"]) for p in by_cursor] == [(p["offset"], p["rows"]) for p in by_offset]
+    for earlier, later in itertools.pairwise(by_cursor):
+        back = await get(client, "/api/rollouts", after=later["rows"][0]["rollout_id"], **where)
+        assert (back["offset"], back["rows"]) == (earlier["offset"], earlier["rows"])
+
+
 async def test_a_rollout_page_has_its_attempts_span_tree_calls_and_tokens(
     client: httpx.AsyncClient, store: Store, trained: Any
 ) -> None:
@@ -209,6 +223,7 @@ async def test_without_a_tokenizer_the_token_view_has_ids(store: Store, trained:
     ("path", "status", "error", "names"),
     [
         ("/api/rollouts/ro-nope", 404, "NotFoundError", "ro-nope"),
+        ("/api/rollouts?before=ro-gone", 404, "NotFoundError", "before='ro-gone'"),
         ("/api/rollouts?limit=0", 422, "ValidationError", "limit"),
         ("/api/rollouts?status=finished", 422, "ValidationError", "status"),
         ("/api/rollouts?reason=bored", 422, "ValidationError", "reason"),

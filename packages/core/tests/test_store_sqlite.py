@@ -11,6 +11,7 @@ from relight.errors import ConfigError, NotFoundError
 from relight.models import AttemptStatus, RolloutRequest
 from relight.store import Store
 from relight.stores.sqlite import SqliteStore
+from relight.summaries import RolloutSummary, SummaryFilter
 from relight.testing.store import ManualClock, StoreConformance, make_span
 from relight.testing.store_summaries import check_migrated, fill_varied, summaries_from_spans
 
@@ -49,16 +50,36 @@ async def test_everything_survives_reopening(tmp_path: Path) -> None:
         await reopened.close()
 
 
-async def test_a_file_made_before_summaries_gets_them_on_open(tmp_path: Path) -> None:
-    path = tmp_path / "store.db"
+async def _older_file(path: Path, *statements: str) -> list[RolloutSummary]:
+    """A varied store at ``path`` as an earlier release left it (``statements`` undo what it lacked); its summaries."""
     store = SqliteStore(path)
     await fill_varied(store)
     expected = await summaries_from_spans(store)
     await store.close()
-    with sqlite3.connect(path) as old:  # as a store of the previous release left it
-        old.execute("DROP TABLE summaries")
-        old.execute("DELETE FROM counters WHERE name = 'summaries'")
+    with sqlite3.connect(path) as old:
+        for statement in statements:
+            old.execute(statement)
+    return expected
+
+
+async def test_a_file_made_before_summaries_gets_them_on_open(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    expected = await _older_file(path, "DROP TABLE summaries", "DELETE FROM counters WHERE name = 'summaries'")
     await check_migrated(SqliteStore(path), expected)
+
+
+async def test_a_file_made_before_the_role_table_gets_it_on_open(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    expected = await _older_file(path, "DROP TABLE summary_roles")
+    reopened = SqliteStore(path)
+    try:
+        for roles in (["critic"], ["team/writer", "solver"]):
+            page = await reopened.list_summaries(SummaryFilter(roles=roles), limit=1000)
+            assert [s.rollout.rollout_id for s in page.rows] == [
+                s.rollout.rollout_id for s in expected if any(role in s.roles for role in roles)
+            ]
+    finally:
+        await reopened.close()
 
 
 async def test_two_stores_on_one_file_never_claim_the_same_rollout(tmp_path: Path) -> None:
@@ -130,6 +151,7 @@ _WRITER = r"""
 import asyncio, sys
 from relight.models import RolloutRequest, Span
 from relight.stores.sqlite import SqliteStore
+from relight.summaries import RolloutSummary, SummaryFilter
 
 async def main(path: str) -> None:
     store = SqliteStore(path)

@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 
 from relight import semconv
 from relight.models import Mode, Rollout, RolloutStatus, Span, SpanKind
@@ -165,9 +165,26 @@ class SummaryFilter(BaseModel):
     """Only rollouts whose latest attempt a trainer dropped for this reason."""
     changed_after: int | None = Field(default=None, ge=0)
     """Only summaries changed after this change number; the list then runs in change order, oldest first."""
+    before: str | None = None
+    """A keyset cursor: only rollouts enqueued before this one (older), the list's next page after it."""
+    after: str | None = None
+    """A keyset cursor: only rollouts enqueued after this one (newer); the page is the ``limit`` of them
+    nearest to it (the list's page before it), still newest first."""
+
+    @model_validator(mode="after")
+    def _one_order(self) -> SummaryFilter:
+        if self.changed_after is not None and (self.before is not None or self.after is not None):
+            raise ValueError(
+                "before/after page the list in enqueue order and changed_after lists in change order: "
+                "give one or the other"
+            )
+        return self
 
     def matches(self, summary: RolloutSummary) -> bool:
-        """Whether ``summary`` passes the filter: the meaning every store's query must have."""
+        """Whether ``summary`` passes the filter: the meaning every store's query must have.
+
+        The cursors (``before``, ``after``) are places in the list, not facts of a summary: stores apply them.
+        """
         rollout = summary.rollout
         reward = summary.reward
         return (
@@ -194,7 +211,9 @@ class SummaryPage(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     total: int
-    """How many summaries match the filter, on every page."""
+    """How many summaries match the filter (its cursors aside), on every page."""
+    offset: int = 0
+    """How many of those come before this page: the offset asked for, or where a cursor's page begins."""
     rows: list[RolloutSummary]
     changed: int
     """The store's latest change number when it answered."""

@@ -2,7 +2,8 @@
 
 - ``GET /`` the single page (runs, rollouts, one rollout), ``/static/...`` its script, style and
   the vendored uPlot charting library: nothing is fetched from elsewhere and nothing is built.
-- ``GET /api/overview``, ``/api/curves``, ``/api/rollouts`` (filtered, paginated),
+- ``GET /api/overview``, ``/api/curves``, ``/api/rollouts`` (filtered, paged by keyset cursors
+  ``before``/``after`` or by ``offset``),
   ``/api/rollouts/{id}`` and ``/api/events`` (server-sent events: one ``change`` whenever the
   catalog moves, so the page refetches without a reload).
 
@@ -64,6 +65,10 @@ class ListQuery(BaseModel):
     max_reward: float | None = None
     min_attempts: Annotated[int | None, Field(ge=0)] = None
     reason: Reason | None = None
+    before: str | None = None
+    """The next page: rollouts older than this one (a keyset cursor, as fast deep in the list as at its top)."""
+    after: str | None = None
+    """The page before: the rollouts just newer than this one."""
     offset: Annotated[int, Field(ge=0)] = 0
     limit: Annotated[int, Field(ge=1, le=500)] = 50
 
@@ -79,6 +84,8 @@ class ListQuery(BaseModel):
             min_reward=self.min_reward,
             max_reward=self.max_reward,
             min_attempts=self.min_attempts,
+            before=self.before,
+            after=self.after,
         )
         return where if self.reason is None else both(where, reason_filter(self.reason, builder, roles))
 
@@ -123,7 +130,7 @@ def create_app(
         return JSONResponse(
             {
                 "total": page.total,
-                "offset": query.offset,
+                "offset": page.offset,
                 "limit": query.limit,
                 "rows": [row_json(summary, catalog.builder) for summary in page.rows],
                 "pending": catalog.pending,

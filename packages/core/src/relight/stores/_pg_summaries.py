@@ -5,17 +5,19 @@ stored, in SQL, so a database made before summaries existed lists as fast as a n
 are added to a row in place (``spans = spans + …``), so concurrent span batches of one rollout
 never lose each other's counts. Change numbers come from a sequence: a transaction takes its
 number before it commits, so one may commit after another that took a higher number; readers that
-follow changes re-read a window behind the highest number they saw.
+follow changes re-read a window behind the highest number they saw. The list's query is
+:mod:`relight.stores._summary_sql`'s, rendered for PostgreSQL.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Final, LiteralString
+from typing import TYPE_CHECKING, Final
 
 from relight.models import Rollout, Span
-from relight.summaries import RolloutSummary, SpanFacts, SummaryFilter, SummaryPage, step_of
+from relight.stores._summary_sql import Dialect, Rows, Statement, page_plan, run_plan_async
+from relight.summaries import SpanFacts, SummaryFilter, SummaryPage, step_of
 
 if TYPE_CHECKING:  # _pg_rows saves summaries with these helpers
     from relight.stores._pg_rows import Conn
@@ -157,66 +159,23 @@ async def add_spans(conn: Conn, spans: Sequence[Span]) -> None:
 # -- the list --------------------------------------------------------------------------------------
 
 
+_DIALECT = Dialect(
+    mark="%s",
+    summaries="relight_summaries",
+    rollouts="relight_rollouts",
+    roles=lambda roles: ("m.roles ?| %s", [list(roles)]),  # the GIN index of migration 2
+    changed="SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM relight_summary_changes",
+    roles_of=dict,
+)
+
+
 async def page(conn: Conn, where: SummaryFilter, limit: int, offset: int) -> SummaryPage:
     """One page of the summaries that pass ``where``, and how many do (in one snapshot)."""
-    condition, values = _where(where)
-    order: LiteralString = "m.changed" if where.changed_after is not None else "m.seq DESC"
+
+    async def run(statement: Statement) -> Rows:
+        query, values = statement
+        return await (await conn.execute(query.encode(), values)).fetchall()
+
     async with conn.transaction():
         await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        counted = await (
-            await conn.execute(b"SELECT count(*) FROM relight_summaries m WHERE " + condition, values)
-        ).fetchone()
-        rows = await (
-            await conn.execute(
-                b"SELECT r.data, m.spans, m.reward, m.roles, m.calls, m.failed_calls, m.untrainable_calls, m.dropped, "
-                b"m.changed FROM relight_summaries m JOIN relight_rollouts r ON r.seq = m.seq WHERE "
-                + condition
-                + b" ORDER BY "
-                + order.encode()
-                + b" LIMIT %s OFFSET %s",
-                (*values, limit, offset),
-            )
-        ).fetchall()
-        last = await (await conn.execute("SELECT last_value, is_called FROM relight_summary_changes")).fetchone()
-    return SummaryPage(
-        total=counted[0] if counted else 0,
-        rows=[_summary(row) for row in rows],
-        changed=int(last[0]) if last and last[1] else 0,
-    )
-
-
-def _summary(row: Sequence[Any]) -> RolloutSummary:
-    data, spans, reward, roles, calls, failed, untrainable, dropped, changed = row
-    facts = SpanFacts(spans, reward, roles, calls, failed, untrainable, dropped)
-    return RolloutSummary.of(Rollout.model_validate_json(data), facts, changed)
-
-
-def _where(where: SummaryFilter) -> tuple[bytes, list[Any]]:
-    clauses: list[bytes] = []
-    values: list[Any] = []
-
-    def add(clause: bytes, *args: Any) -> None:
-        clauses.append(clause)
-        values.extend(args)
-
-    if where.statuses is not None:
-        add(b"m.status = ANY(%s)", [status.value for status in where.statuses])
-    checks: list[tuple[bytes, Any]] = [
-        (b"m.mode = %s", where.mode),
-        (b"m.group_id = %s", where.group_id),
-        (b"m.step = %s", where.step),
-        (b"m.policy_version = %s", where.policy_version),
-        (b"m.dropped = %s", where.dropped),
-        (b"m.reward >= %s", where.min_reward),
-        (b"m.reward <= %s", where.max_reward),
-        (b"m.attempts >= %s", where.min_attempts),
-        (b"m.calls >= %s", where.min_calls),
-        (b"m.failed_calls >= %s", where.min_failed_calls),
-        (b"m.untrainable_calls >= %s", where.min_untrainable_calls),
-        (b"m.changed > %s", where.changed_after),
-        (b"m.roles ?| %s", where.roles),
-    ]
-    for clause, value in checks:
-        if value is not None:
-            add(clause, value)
-    return b" AND ".join(clauses) or b"true", values
+        return await run_plan_async(page_plan(_DIALECT, where, limit, offset), run)

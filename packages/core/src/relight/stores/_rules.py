@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Literal
 
 from pydantic import JsonValue
 
 from relight.errors import ConfigError, InvalidStateError, LeaseLostError, NotFoundError, StoreError
 from relight.models import Attempt, AttemptStatus, Rollout, RolloutRequest, RolloutStatus, Span, new_id
+from relight.summaries import SummaryFilter
 
 MAX_LEASE_SECONDS = 7 * 24 * 3600.0
 """The longest lease a worker may take: beyond it an attempt of a dead worker would in effect never expire."""
@@ -90,6 +92,20 @@ def conflicting_span(span: Span) -> InvalidStateError:
 
 def rollout_not_found(rollout_id: str) -> NotFoundError:
     return NotFoundError(f"rollout {rollout_id!r} does not exist")
+
+
+def cursor_place(place: Mapping[str, int], where: SummaryFilter, field: Literal["before", "after"]) -> int | None:
+    """Where the rollout a cursor of ``where`` names sits in ``place`` (rollout id → place); None without it."""
+    rollout_id: str | None = getattr(where, field)
+    if rollout_id is None:
+        return None
+    if rollout_id not in place:
+        raise cursor_not_found(field, rollout_id)
+    return place[rollout_id]
+
+
+def cursor_not_found(field: str, rollout_id: str) -> NotFoundError:
+    return NotFoundError(f"{field}={rollout_id!r}: there is no such rollout to page from")
 
 
 def attempt_not_found(rollout_id: str, attempt_id: str) -> NotFoundError:

@@ -1,10 +1,12 @@
 """The SQLite store's rollout summaries: a table kept in the writer's transactions, and its one query.
 
 One row per rollout (``seq`` is the rollout's own), indexed for the list's filters; ``roles`` is the
-JSON object of role span counts, searched for ``"<role>":``. The ``summaries`` counter holds the
-latest change number, and its presence marks a file whose summaries are complete: a file made
-before summaries existed is filled from its rollouts and spans once, when first opened
-(:func:`migrate`), under the write lock so two processes never do it twice.
+JSON object of role span counts, and ``summary_roles`` holds one (seq, role) row per role in it,
+indexed by role, for the role filter. The ``summaries`` counter holds the latest change number, and
+its presence marks a file whose summaries are complete: a file made before summaries existed is
+filled from its rollouts and spans once, when first opened (:func:`migrate`), under the write lock
+so two processes never do it twice; a file made before the role table gets it from ``roles``.
+The list's query is :mod:`relight.stores._summary_sql`'s, rendered for SQLite.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from itertools import groupby
 from typing import Any
 
 from relight.models import Rollout, Span
-from relight.summaries import RolloutSummary, SpanFacts, SummaryFilter, SummaryPage, step_of
+from relight.stores._summary_sql import Dialect, page_plan, run_plan
+from relight.summaries import SpanFacts, SummaryFilter, SummaryPage, step_of
 
 __all__ = ["add_spans", "insert", "migrate", "new_attempt", "page", "save"]
 
@@ -49,17 +52,28 @@ CREATE INDEX IF NOT EXISTS summaries_by_reward ON summaries (reward);
 CREATE INDEX IF NOT EXISTS summaries_by_change ON summaries (changed);
 """
 
+_ROLES_SCHEMA = """
+CREATE TABLE summary_roles (seq INTEGER NOT NULL, role TEXT NOT NULL, PRIMARY KEY (seq, role)) WITHOUT ROWID;
+CREATE INDEX summary_roles_by_role ON summary_roles (role, seq);
+INSERT INTO summary_roles (seq, role) SELECT m.seq, j.key FROM summaries m, json_each(m.roles) j
+"""
+
 _FACTS = "spans, reward, roles, calls, failed_calls, untrainable_calls, dropped"
 
 
 def migrate(conn: sqlite3.Connection) -> None:
-    """Create the summaries table; fill it from the rollouts and spans when the file has none yet."""
+    """Create the summaries and role tables; fill them from the rollouts and spans when the file has none yet."""
     conn.execute("BEGIN IMMEDIATE")
     try:
-        if conn.execute("SELECT 1 FROM counters WHERE name = 'summaries'").fetchone() is None:
+        filled = conn.execute("SELECT 1 FROM counters WHERE name = 'summaries'").fetchone() is not None
+        if not filled:
             for statement in filter(str.strip, _SCHEMA.split(";")):
                 conn.execute(statement)
             _backfill(conn)
+        if not filled or conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'summary_roles'").fetchone() is None:
+            conn.execute("DROP TABLE IF EXISTS summary_roles")
+            for statement in filter(str.strip, _ROLES_SCHEMA.split(";")):
+                conn.execute(statement)
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
@@ -148,6 +162,9 @@ def new_attempt(conn: sqlite3.Connection, rollout_id: str) -> None:
         f"UPDATE summaries SET ({_FACTS}) = (?, ?, ?, ?, ?, ?, ?) WHERE rollout_id = ?",
         (*_facts_row(SpanFacts()), rollout_id),
     )
+    conn.execute(
+        "DELETE FROM summary_roles WHERE seq = (SELECT seq FROM summaries WHERE rollout_id = ?)", (rollout_id,)
+    )
 
 
 def add_spans(conn: sqlite3.Connection, spans: Sequence[Span]) -> None:
@@ -156,13 +173,19 @@ def add_spans(conn: sqlite3.Connection, spans: Sequence[Span]) -> None:
     for span in spans:
         by_attempt.setdefault((span.rollout_id, span.attempt_id), []).append(span)
     for (rollout_id, attempt_id), group in by_attempt.items():
-        row = conn.execute(f"SELECT attempts, {_FACTS} FROM summaries WHERE rollout_id = ?", (rollout_id,)).fetchone()
-        if row is None or attempt_id != f"{rollout_id}-a{row[0]}":
+        row = conn.execute(
+            f"SELECT seq, attempts, {_FACTS} FROM summaries WHERE rollout_id = ?", (rollout_id,)
+        ).fetchone()
+        if row is None or attempt_id != f"{rollout_id}-a{row[1]}":
             continue  # spans of an attempt that no longer counts
-        facts = _facts_of_row(row[1:]).merged(SpanFacts.of(group))
+        added = SpanFacts.of(group)
+        facts = _facts_of_row(row[2:]).merged(added)
         conn.execute(
             f"UPDATE summaries SET ({_FACTS}) = (?, ?, ?, ?, ?, ?, ?), changed = ? WHERE rollout_id = ?",
             (*_facts_row(facts), _next_change(conn), rollout_id),
+        )
+        conn.executemany(
+            "INSERT OR IGNORE INTO summary_roles (seq, role) VALUES (?, ?)", ((row[0], r) for r in added.roles)
         )
 
 
@@ -173,64 +196,20 @@ def _facts_of_row(row: Sequence[Any]) -> SpanFacts:
 
 # -- the list (a reader's connection) ------------------------------------------------------------
 
+_DIALECT = Dialect(
+    mark="?",
+    summaries="summaries",
+    rollouts="rollouts",
+    roles=lambda roles: (
+        f"m.seq IN (SELECT seq FROM summary_roles WHERE role IN ({', '.join('?' * len(roles))}))",
+        list(roles),
+    ),
+    changed="SELECT value FROM counters WHERE name = 'summaries'",
+    roles_of=json.loads,
+    role_rows="summary_roles",
+)
+
 
 def page(conn: sqlite3.Connection, where: SummaryFilter, limit: int, offset: int) -> SummaryPage:
     """One page of the summaries that pass ``where``, and how many do."""
-    clauses, values = _where(where)
-    condition = " AND ".join(clauses) or "1"
-    order = "m.changed" if where.changed_after is not None else "m.seq DESC"
-    (total,) = conn.execute(f"SELECT COUNT(*) FROM summaries m WHERE {condition}", values).fetchone()
-    rows = conn.execute(
-        f"SELECT r.data, m.{_FACTS.replace(', ', ', m.')}, m.changed FROM summaries m "
-        f"JOIN rollouts r ON r.seq = m.seq WHERE {condition} ORDER BY {order} LIMIT ? OFFSET ?",
-        (*values, limit, offset),
-    ).fetchall()
-    (changed,) = conn.execute("SELECT value FROM counters WHERE name = 'summaries'").fetchone()
-    return SummaryPage(
-        total=total,
-        rows=[
-            RolloutSummary.of(Rollout.model_validate_json(data), _facts_of_row(facts), change)
-            for data, *facts, change in rows
-        ],
-        changed=changed,
-    )
-
-
-def _where(where: SummaryFilter) -> tuple[list[str], list[object]]:
-    clauses: list[str] = []
-    values: list[object] = []
-
-    def add(clause: str, *args: object) -> None:
-        clauses.append(clause)
-        values.extend(args)
-
-    if where.statuses is not None:
-        add(f"m.status IN ({', '.join('?' * len(where.statuses))})" if where.statuses else "0", *where.statuses)
-    equal = {
-        "mode": where.mode,
-        "group_id": where.group_id,
-        "step": where.step,
-        "policy_version": where.policy_version,
-        "dropped": where.dropped,
-    }
-    for column, value in equal.items():
-        if value is not None:
-            add(f"m.{column} = ?", value)
-    at_least = {
-        "reward": where.min_reward,
-        "attempts": where.min_attempts,
-        "calls": where.min_calls,
-        "failed_calls": where.min_failed_calls,
-        "untrainable_calls": where.min_untrainable_calls,
-    }
-    for column, value in at_least.items():
-        if value is not None:
-            add(f"m.{column} >= ?", value)
-    if where.max_reward is not None:
-        add("m.reward <= ?", where.max_reward)
-    if where.changed_after is not None:
-        add("m.changed > ?", where.changed_after)
-    if where.roles is not None:
-        needles = [json.dumps(role) + ":" for role in where.roles]
-        add("(" + " OR ".join("instr(m.roles, ?) > 0" for _ in needles) + ")" if needles else "0", *needles)
-    return clauses, values
+    return run_plan(page_plan(_DIALECT, where, limit, offset), lambda statement: conn.execute(*statement).fetchall())

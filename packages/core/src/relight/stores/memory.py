@@ -198,14 +198,35 @@ class InMemoryStore:
         self._check_open()
         _rules.check_page(limit, offset)
         where = where or SummaryFilter()
+        newest_first = list(reversed(self._rollouts))
+        place = {rollout_id: index for index, rollout_id in enumerate(newest_first)}
+        older_than, newer_than = (_rules.cursor_place(place, where, field) for field in ("before", "after"))
         summaries = (
-            RolloutSummary.of(rollout, self._facts.get(rollout_id) or SpanFacts(), self._changed[rollout_id])
-            for rollout_id, rollout in reversed(self._rollouts.items())
+            RolloutSummary.of(
+                self._rollouts[rollout_id], self._facts.get(rollout_id) or SpanFacts(), self._changed[rollout_id]
+            )
+            for rollout_id in newest_first
         )
-        matching = [summary for summary in summaries if where.matches(summary)]
+        matching = [(index, summary) for index, summary in enumerate(summaries) if where.matches(summary)]
+        total = len(matching)
         if where.changed_after is not None:
-            matching.sort(key=lambda summary: summary.changed)
-        return SummaryPage(total=len(matching), rows=matching[offset : offset + limit], changed=self._change)
+            matching.sort(key=lambda placed: placed[1].changed)
+        bounded = [
+            (index, summary)
+            for index, summary in matching
+            if (older_than is None or index > older_than) and (newer_than is None or index < newer_than)
+        ]
+        if newer_than is not None:  # the nearest rows above the cursor
+            rows = bounded[max(0, len(bounded) - offset - limit) : max(0, len(bounded) - offset)]
+        else:
+            rows = bounded[offset : offset + limit]
+        if older_than is None and newer_than is None:
+            position = offset
+        elif rows:
+            position = sum(index < rows[0][0] for index, _ in matching)
+        else:
+            position = total if newer_than is None else 0
+        return SummaryPage(total=total, offset=position, rows=[row for _, row in rows], changed=self._change)
 
     async def list_attempts(self, rollout_id: str) -> list[Attempt]:
         self._check_open()

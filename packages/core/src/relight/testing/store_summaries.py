@@ -11,12 +11,13 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from pydantic import ValidationError
 
 from relight import semconv
-from relight.errors import ConfigError
+from relight.errors import ConfigError, NotFoundError
 from relight.models import AttemptStatus, Mode, Rollout, RolloutRequest, RolloutStatus, Span, SpanKind
 from relight.store import Store
-from relight.summaries import RolloutSummary, SummaryFilter
+from relight.summaries import RolloutSummary, SummaryFilter, SummaryPage
 from relight.testing.store_inputs import make_span
 from relight.transitions import episode_return
 
@@ -204,6 +205,47 @@ class SummaryConformance:
         beyond = await store.list_summaries(where, limit=7, offset=1000)
         assert beyond.rows == []
         assert beyond.total == pages[0].total
+
+    async def test_summaries_page_by_cursor_as_by_offset(self, store: Store) -> None:
+        await fill_varied(store)
+        where = SummaryFilter(mode=Mode.TRAIN)
+        everything = (await store.list_summaries(where, limit=1000)).rows
+        pages: list[SummaryPage] = []
+        cursor: str | None = None
+        while (page := await store.list_summaries(where.model_copy(update={"before": cursor}), limit=7)).rows:
+            assert (page.total, page.offset) == (len(everything), 7 * len(pages))
+            pages.append(page)
+            cursor = page.rows[-1].rollout.rollout_id
+        assert list(itertools.chain.from_iterable(page.rows for page in pages)) == everything
+        assert (page.total, page.offset) == (len(everything), len(everything))  # past the end
+        for earlier, later in itertools.pairwise(pages):
+            back = await store.list_summaries(
+                where.model_copy(update={"after": later.rows[0].rollout.rollout_id}), limit=7
+            )
+            assert (back.rows, back.offset) == (earlier.rows, earlier.offset)
+        top = await store.list_summaries(where.model_copy(update={"after": everything[0].rollout.rollout_id}))
+        assert (top.rows, top.offset, top.total) == ([], 0, len(everything))
+
+    async def test_a_cursor_may_name_a_rollout_the_filter_leaves_out(self, store: Store) -> None:
+        await fill_varied(store)
+        listed = (await store.list_summaries(limit=1000)).rows
+        at = next(i for i, s in enumerate(listed) if s.rollout.mode is Mode.VAL and i > 3)
+        where = SummaryFilter(mode=Mode.TRAIN, before=listed[at].rollout.rollout_id)
+        page = await store.list_summaries(where, limit=4)
+        assert page.rows == [s for s in listed[at + 1 :] if s.rollout.mode is Mode.TRAIN][:4]
+        assert page.offset == sum(s.rollout.mode is Mode.TRAIN for s in listed[:at])
+        where = SummaryFilter(mode=Mode.TRAIN, after=listed[at].rollout.rollout_id)
+        page = await store.list_summaries(where, limit=2)
+        assert page.rows == [s for s in listed[:at] if s.rollout.mode is Mode.TRAIN][-2:]
+
+    async def test_a_cursor_must_name_a_stored_rollout(self, store: Store) -> None:
+        await store.enqueue([RolloutRequest(input="x")])
+        with pytest.raises(NotFoundError, match="before='nope'"):
+            await store.list_summaries(SummaryFilter(before="nope"))
+        with pytest.raises(NotFoundError, match="after='nope'"):
+            await store.list_summaries(SummaryFilter(after="nope"))
+        with pytest.raises(ValidationError, match="changed_after"):
+            SummaryFilter(after="x", changed_after=1)
 
     async def test_summaries_changed_after_a_number_come_in_change_order(self, store: Store) -> None:
         await fill_varied(store)

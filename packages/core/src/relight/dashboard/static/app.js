@@ -167,16 +167,20 @@ async function drawRollouts(params) {
     el("td", { text: Object.entries(r.reasons).map(([k, v]) => `${v} ${k}`).join(", ") }),
     el("td", { class: "err", text: r.error || "" })));
   document.getElementById("rollouts").replaceChildren(el("thead", {}, head), el("tbody", {}, rows));
-  const shift = (delta) => {
+  const go = (cursor, id) => {  // keyset pages: as quick deep in the list as at its top
     const next = new URLSearchParams(params);
-    next.set("offset", Math.max(0, page.offset + delta));
+    for (const name of ["before", "after", "offset"]) next.delete(name);
+    if (cursor) next.set(cursor, id);
     location.hash = `#/rollouts?${next}`;
   };
-  const last = Math.min(page.offset + page.limit, page.total);
+  const shown = page.rows.length;
+  const last = page.offset + shown;
+  const newer = () => (!shown || page.offset <= page.limit ? go(null) : go("after", page.rows[0].rollout_id));
   put(document.getElementById("pager"),
-    el("button", { "data-testid": "prev", disabled: page.offset === 0, onclick: () => shift(-page.limit), text: "‹ newer" }),
-    el("span", { "data-testid": "range", text: page.total ? `${page.offset + 1}–${last} of ${page.total}` : "no rollouts" }),
-    el("button", { "data-testid": "next", disabled: last >= page.total, onclick: () => shift(page.limit), text: "older ›" }),
+    el("button", { "data-testid": "prev", disabled: page.offset === 0, onclick: newer, text: "‹ newer" }),
+    el("span", { "data-testid": "range", text: shown ? `${page.offset + 1}–${last} of ${page.total}` : page.total ? `none here, of ${page.total}` : "no rollouts" }),
+    el("button", { "data-testid": "next", disabled: !shown || last >= page.total,
+      onclick: () => go("before", page.rows[shown - 1].rollout_id), text: "older ›" }),
     page.pending ? el("span", { class: "warn", text: ` reading ${page.pending} rollout(s)…` }) : null);
 }
 
