@@ -1,20 +1,24 @@
-"""Where a benchmark's CPU goes: a sampling profiler that charges each sample to a part of relight.
+"""Where a benchmark's CPU goes: a sampling profiler that charges CPU time to the parts of relight.
 
 Every ``interval`` seconds a thread of its own reads every other thread's Python stack
-(``sys._current_frames``) and charges the sample to the part of the system that is running, by
-the file of the innermost frame that belongs to a known part: the agent and its client (``openai``,
-``httpx``), the gateway (``relight.gateway``, uvicorn, Starlette, aiohttp), the store (stores, span
-batcher), the runner, the trainer (transitions, credit, the algorithm), the benchmark's fake model
-(which runs on threads of the same process), or the event loop's own work. A thread that waits
-(in ``select``, on a lock or a queue, in a socket read) is idle, not charged. A sample every few
-milliseconds costs little and needs no tool outside Python, so it runs with every loop benchmark.
+(``sys._current_frames``) and the CPU time each thread has used since the last look (from the
+kernel's per-thread counter, ``/proc/self/task/<tid>/schedstat``), and charges that time to the part
+of the system that is running, by the file of the innermost frame that belongs to a known part:
+the agent and its client (``openai``, ``httpx``), the gateway (``relight.gateway``, uvicorn,
+Starlette), the store (stores, span batcher), the runner, the trainer (transitions, credit, the
+algorithm), the benchmark's fake model (which runs on threads of the same process), or the event
+loop's own work. Charging CPU time rather than counting samples matters: a thread that waits in C
+(the SQLite writer on its queue, a reader in a socket) shows a Python frame of its part but uses
+no CPU, and so costs nothing here. A look every few milliseconds costs little and needs no tool
+outside Python, so it runs with every loop benchmark.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
-from collections import Counter
+from collections import defaultdict
 from types import FrameType, TracebackType
 from typing import Self
 
@@ -22,7 +26,7 @@ __all__ = ["PARTS", "Sampler"]
 
 PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("agent/client", ("/openai/", "/httpx/", "/httpcore/", "/anyio/", "/h11/", "/relight/testing/agents.py")),
-    ("gateway", ("/relight/gateway/", "/uvicorn/", "/starlette/", "/aiohttp/", "/relight/_server.py")),
+    ("gateway", ("/relight/gateway/", "/uvicorn/", "/starlette/", "/httptools/", "/relight/_server.py")),
     ("store", ("/relight/stores/", "/relight/batcher.py", "/sqlite3/")),
     ("runner", ("/relight/runner", "/relight/agent.py", "/relight/_threads.py", "/relight/tracing.py")),
     (
@@ -40,21 +44,7 @@ PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 """Parts in the order they are looked for, and the file paths that belong to each. A sample in none of
 them is the event loop's own work where an event loop runs the thread (its frames are outermost), else other."""
-_LOOP = ("/asyncio/", "/selectors.py")
-
-_WAITS = frozenset(
-    {
-        ("selectors.py", "select"),
-        ("threading.py", "wait"),
-        ("threading.py", "_wait_for_tstate_lock"),
-        ("queue.py", "get"),
-        ("thread.py", "_worker"),
-        ("socket.py", "readinto"),
-        ("ssl.py", "read"),
-        ("sync.py", "read"),
-    }
-)
-"""(file name, function) of the innermost frame of a thread that is waiting, not working."""
+_LOOP = ("/asyncio/", "/selectors.py", "uvloop")
 
 
 class Sampler:
@@ -64,7 +54,10 @@ class Sampler:
         self.interval = interval
         self.fake_threads = fake_threads
         """Threads whose name starts with this serve the benchmark's fake model: charged to it."""
-        self.samples: Counter[str] = Counter()
+        self.seconds: defaultdict[str, float] = defaultdict(float)
+        """CPU seconds charged to each part."""
+        self._files: dict[int, int] = {}
+        self._used: dict[int, float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="relight-sampler", daemon=True)
 
@@ -77,28 +70,43 @@ class Sampler:
     ) -> None:
         self._stop.set()
         self._thread.join()
+        for descriptor in self._files.values():
+            os.close(descriptor)
 
     def shares(self) -> dict[str, float]:
-        """Each part's share of the busy samples, largest first (idle samples left out)."""
-        busy = sum(self.samples.values()) or 1
-        return {part: count / busy for part, count in self.samples.most_common()}
+        """Each part's share of the CPU time charged, largest first."""
+        busy = sum(self.seconds.values()) or 1.0
+        ranked = sorted(self.seconds.items(), key=lambda item: -item[1])
+        return {part: seconds / busy for part, seconds in ranked}
 
     def _run(self) -> None:
         me = threading.get_ident()
         while not self._stop.wait(self.interval):
-            names = {thread.ident: thread.name for thread in threading.enumerate()}
-            for ident, frame in sys._current_frames().items():  # pyright: ignore[reportPrivateUsage]
-                if ident == me:
+            threads = {thread.ident: thread for thread in threading.enumerate()}
+            frames = sys._current_frames()  # pyright: ignore[reportPrivateUsage]
+            for ident, frame in frames.items():
+                thread = threads.get(ident)
+                if ident == me or thread is None or thread.native_id is None:
                     continue
-                part = self._part(frame, names.get(ident, ""))
-                if part is not None:
-                    self.samples[part] += 1
-            del frame
+                spent = self._spent(thread.native_id)
+                if spent > 0:
+                    self.seconds[self._part(frame, thread.name)] += spent
+            del frames  # frames keep their locals alive
 
-    def _part(self, frame: FrameType, thread_name: str) -> str | None:
-        code = frame.f_code
-        if (code.co_filename.rsplit("/", 1)[-1], code.co_name) in _WAITS:
-            return None
+    def _spent(self, tid: int) -> float:
+        """CPU seconds thread ``tid`` has used since the last call (0 on the first)."""
+        descriptor = self._files.get(tid)
+        try:
+            if descriptor is None:
+                descriptor = self._files[tid] = os.open(f"/proc/self/task/{tid}/schedstat", os.O_RDONLY)
+            used = int(os.pread(descriptor, 64, 0).split()[0]) / 1e9
+        except (OSError, ValueError, IndexError):  # the thread has just ended
+            return 0.0
+        before = self._used.get(tid, used)
+        self._used[tid] = used
+        return used - before
+
+    def _part(self, frame: FrameType, thread_name: str) -> str:
         if thread_name.startswith(self.fake_threads):
             return "fake model (benchmark)"
         in_loop = False

@@ -16,7 +16,10 @@
   threads of the trainer's process, or in runner processes (``n_runners``), where their threads
   do not compete with the gateway for the interpreter lock. ``profile`` says where the CPU of the
   trainer's process goes over both steps (agent/client, gateway, store, runner, trainer, event loop,
-  the fake model), from stack samples every 5 ms (:mod:`_sampler`; runner processes are not sampled).
+  the fake model), from stack samples every 5 ms weighted by each thread's CPU time (:mod:`_sampler`;
+  runner processes are not sampled). ``cpu_ms_per_rollout`` is the trainer process's CPU time over
+  both steps per rollout (the fake model's included): like the gateway's CPU per call, it moves
+  little with the machine's load, so it is the figure to compare on a busy machine.
 
     python benchmarks/gateway_overhead.py            # a table
     python benchmarks/gateway_overhead.py --json     # one JSON object per line
@@ -114,8 +117,10 @@ async def loop(rollouts: int, concurrency: int, agent_kind: str, runners: int) -
             console=Console(file=io.StringIO()),
         )
         tasks: list[JsonValue] = [{"text": f"task-{i}"} for i in range(rollouts)]
+        cpu_began = time.process_time()
         with Sampler() as sampler:
             _, timed = await trainer.afit(agent, tasks)
+        cpu = time.process_time() - cpu_began
     transitions = sum(len(batch) for batch in algorithm.batches)
     assert transitions == 2 * rollouts * CALLS, transitions
     seconds = timed["time_rollouts_s"] + timed["time_update_s"]
@@ -129,6 +134,7 @@ async def loop(rollouts: int, concurrency: int, agent_kind: str, runners: int) -
         "calls_per_s": rollouts * CALLS / seconds,
         "seconds": seconds,
         "failed": timed["rollouts_failed"],
+        "cpu_ms_per_rollout": cpu / (2 * rollouts) * 1e3,
         "profile": sampler.shares(),
     }
 
