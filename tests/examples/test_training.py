@@ -47,6 +47,12 @@ STEPS = replace(
 )
 """One demonstrated task, learnt hard; one task per step, sampled three at a time (up to three times while flat)."""
 
+TOP_LAYERS = replace(STEPS, sft_steps=4, sft_lr=4e-4, trained_layers=10)
+"""calc and sql: only the top 10 of SmolLM2's 30 layers train, as in the calc recipe, so each SFT step and
+update costs about 1.7 forward passes instead of 4. Six SFT steps at 5e-4 on those layers made calc's
+demonstrated task right in all 18 samples (no signal), hence 4 at 4e-4; rag's task then earned nothing
+in 19 samples, so rag keeps STEPS (all weights)."""
+
 
 def scenario(name: str) -> dict[str, Any]:
     """The agent, data, script and trained roles each example's training command uses."""
@@ -103,12 +109,13 @@ def test_two_steps_train_the_right_roles_on_the_policy_each_step_left(
     def remember(transitions: Sequence[Transition], metrics: Mapping[str, float]) -> None:
         updates.append((transitions, metrics))
 
+    recipe = TOP_LAYERS if name in ("calc", "sql") else STEPS
     engine = recipe_module.load_engine(smollm2_path)
     before = [parameter.detach().clone() for parameter in engine.model.parameters()]
     try:
         summary = recipe_module.train_agent(
             example["agent"], engine, train=example["train"][:2], demo_tasks=example["train"][:1], val=example["val"],
-            script=example["script"], recipe=STEPS, out=tmp_path / "run", roles=example["roles"], callbacks=[remember],
+            script=example["script"], recipe=recipe, out=tmp_path / "run", roles=example["roles"], callbacks=[remember],
         )  # fmt: skip
     finally:
         engine.close()
