@@ -8,6 +8,7 @@ second update, which starts with AdamW's state already there (every later update
 - ``logprobs``: ``chunked`` makes the vocabulary-wide logits ``LOGPROB_CHUNK`` response tokens at a
   time (the default); ``whole`` makes them for a whole micro-batch at once (as before).
 - ``recompute``: activations recomputed in the backward pass (on by default for a model this size).
+- ``optimizer``: ``adamw`` (float32 moments, the default) or ``adamw8bit`` (bitsandbytes' 8-bit moments).
 - ``runtime_gb``: the process's resident memory once Python, torch and transformers are imported.
 - ``weights_gb``: the model's parameters in float32 (gradients and each of AdamW's two moments are as large).
 - ``peak_gb``: the process's peak resident memory during the first update (everything included).
@@ -31,13 +32,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-CONFIGURATIONS = [("whole", "off", 4096), ("chunked", "off", 4096), ("chunked", "on", 4096), ("chunked", "on", 1024)]
-"""The first is the update as it was before chunking; the third is today's defaults."""
+CONFIGURATIONS = [
+    ("whole", "off", 4096, "adamw"),
+    ("chunked", "off", 4096, "adamw"),
+    ("chunked", "on", 4096, "adamw"),
+    ("chunked", "on", 1024, "adamw"),
+    ("chunked", "on", 4096, "adamw8bit"),
+    ("chunked", "on", 1024, "adamw8bit"),
+]
+"""The first is the update as it was before chunking; the third is today's defaults; the last uses the least memory."""
 TRANSITIONS, TOKENS = 16, 4002
 COLUMNS = (
     "logprobs",
     "recompute",
     "token_budget",
+    "optimizer",
     "runtime_gb",
     "weights_gb",
     "peak_gb",
@@ -56,7 +65,7 @@ def _resident_gb(field: str) -> float:
     raise RuntimeError(f"/proc/self/status has no {field}")
 
 
-def measure(logprobs: str, recompute: str, token_budget: int) -> dict[str, Any]:
+def measure(logprobs: str, recompute: str, token_budget: int, optimizer: str) -> dict[str, Any]:
     """Two updates in this process; returns their figures."""
     import torch
 
@@ -91,6 +100,7 @@ def measure(logprobs: str, recompute: str, token_budget: int) -> dict[str, Any]:
         token_budget=token_budget,
         logprob_chunk=None if logprobs == "whole" else LOGPROB_CHUNK,
         recompute_activations=recompute == "on",
+        optimizer=optimizer,
     )
     Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current resident set
     before = _resident_gb("VmRSS")
@@ -106,6 +116,7 @@ def measure(logprobs: str, recompute: str, token_budget: int) -> dict[str, Any]:
         "logprobs": logprobs,
         "recompute": recompute,
         "token_budget": token_budget,
+        "optimizer": optimizer,
         "transitions": TRANSITIONS,
         "tokens": TOKENS,
         "runtime_gb": round(runtime, 3),
@@ -123,14 +134,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
     parser.add_argument("--defaults", action="store_true", help="measure today's defaults only")
-    parser.add_argument("--one", nargs=3, metavar=("LOGPROBS", "RECOMPUTE", "TOKEN_BUDGET"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--one", nargs=4, metavar=("LOGPROBS", "RECOMPUTE", "BUDGET", "OPTIMIZER"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(measure(args.one[0], args.one[1], int(args.one[2]))))
+        print(json.dumps(measure(args.one[0], args.one[1], int(args.one[2]), args.one[3])))
         return
     results = []
-    for logprobs, recompute, budget in [DEFAULTS] if args.defaults else CONFIGURATIONS:
-        command = [sys.executable, __file__, "--one", logprobs, recompute, str(budget)]
+    for logprobs, recompute, budget, optimizer in [DEFAULTS] if args.defaults else CONFIGURATIONS:
+        command = [sys.executable, __file__, "--one", logprobs, recompute, str(budget), optimizer]
         output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
         results.append(json.loads(output.strip().splitlines()[-1]))
         if args.json:
@@ -141,7 +154,7 @@ def main() -> None:
 
         table = Table(title=f"one GRPO update: SmolLM2-135M, {TRANSITIONS} transitions, {TOKENS} tokens")
         for column in COLUMNS:
-            table.add_column(column, justify="left" if column in ("logprobs", "recompute") else "right")
+            table.add_column(column, justify="left" if column in ("logprobs", "recompute", "optimizer") else "right")
         for row in results:
             table.add_row(*(f"{row[c]:.6g}" if isinstance(row[c], float) else str(row[c]) for c in COLUMNS))
         Console().print(table)

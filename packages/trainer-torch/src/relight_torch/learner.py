@@ -16,9 +16,10 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
+from relight_torch.optimizers import OptimizerName, make_optimizer, step_dropping_gradients
 from relight_torch.packing import LOGPROB_CHUNK, PackedBatch, micro_batches, pack, response_logprobs
 
-__all__ = ["Learner", "Sample", "TokenLoss", "step_dropping_gradients"]
+__all__ = ["Learner", "Sample", "TokenLoss"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +57,9 @@ class Learner:
             rest in the backward (Hugging Face's gradient checkpointing): activations fall from about
             1.3 MB to 0.1 MB per token for SmolLM2-135M, for about a third more compute. None turns it
             on for models of over 50M parameters, where activations, not weights, fill the memory.
+        optimizer: ``"adamw"`` (``torch.optim.AdamW``, float32 moments) or ``"adamw8bit"``
+            (bitsandbytes' block-wise 8-bit moments: 0.75 × the weights less memory, a close but
+            not identical step; see :mod:`relight_torch.optimizers`).
     """
 
     def __init__(
@@ -70,6 +74,7 @@ class Learner:
         max_grad_norm: float = 1.0,
         logprob_chunk: int | None = LOGPROB_CHUNK,
         recompute_activations: bool | None = None,
+        optimizer: OptimizerName = "adamw",
     ) -> None:
         self.model = model
         self.pad_id = pad_id
@@ -79,7 +84,7 @@ class Learner:
         if recompute_activations is None:
             recompute_activations = sum(p.numel() for p in model.parameters()) > 50_000_000
         self.recompute_activations = recompute_activations
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, betas=betas)
+        self.optimizer = make_optimizer(optimizer, model.parameters(), lr=lr, weight_decay=weight_decay, betas=betas)
         self.step = 0
 
     def update(
@@ -160,23 +165,3 @@ class Learner:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.step = int(state["step"])
-
-
-def step_dropping_gradients(optimizer: torch.optim.Optimizer) -> None:
-    """``optimizer.step()`` one parameter at a time, each gradient dropped as soon as its parameter has moved.
-
-    The same step as one ``step()`` call (AdamW's update is per parameter), but the gradients and
-    the optimizer's state never all exist at once: AdamW's first step allocates two moments per
-    parameter, and a single call held them beside every gradient (4 × the weights at its peak
-    rather than 3 ×). Between updates, while the engine samples, no gradient is kept either.
-    """
-    for group in optimizer.param_groups:
-        params = group["params"]
-        try:
-            for param in params:
-                if param.grad is not None:
-                    group["params"] = [param]
-                    optimizer.step()
-                    param.grad = None
-        finally:
-            group["params"] = params
