@@ -2,6 +2,7 @@
 both must leave the update exactly what it was (to float rounding), only cheaper."""
 
 import copy
+import os
 from pathlib import Path
 
 import pytest
@@ -128,6 +129,22 @@ def test_an_unknown_optimizer_is_refused_by_name() -> None:
     refusal = "optimizer must be one of 'adamw', 'adamw8bit'; got 'sgd'"
     with tiny_engine(seed=0) as engine, pytest.raises(ValueError, match=refusal):
         Learner(engine.model, pad_id=0, optimizer="sgd")  # type: ignore[arg-type]
+
+
+def resident_bytes() -> int:
+    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="reads the resident set from /proc")
+def test_a_learner_makes_freed_tensors_leave_the_resident_set() -> None:
+    """glibc keeps freed blocks under its (rising) mmap threshold in the heap; the learner fixes the threshold."""
+    with tiny_engine(seed=0) as engine:
+        Learner(engine.model, pad_id=0)
+    torch.ones(4 << 20).sum()  # a freed 16 MiB block: unfixed, glibc's threshold would rise past 8 MiB blocks
+    before = resident_bytes()
+    blocks = [torch.ones(2 << 20) for _ in range(48)]  # 48 blocks of 8 MiB, written
+    del blocks[:-1]  # all but the last (which would pin an unfixed heap's top)
+    assert resident_bytes() - before < 64 << 20
 
 
 def test_token_logprobs_refuses_an_empty_chunk() -> None:

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
+from relight_torch.allocator import return_freed_tensors
 from relight_torch.optimizers import OptimizerName, make_optimizer, step_dropping_gradients
 from relight_torch.packing import LOGPROB_CHUNK, PackedBatch, micro_batches, pack, response_logprobs
 
@@ -84,6 +85,7 @@ class Learner:
         if recompute_activations is None:
             recompute_activations = sum(p.numel() for p in model.parameters()) > 50_000_000
         self.recompute_activations = recompute_activations
+        return_freed_tensors()  # else the update's freed activations stay resident (see relight_torch.allocator)
         self.optimizer = make_optimizer(optimizer, model.parameters(), lr=lr, weight_decay=weight_decay, betas=betas)
         self.step = 0
 
