@@ -18,7 +18,7 @@ from transformers import PreTrainedModel
 
 from relight_torch.allocator import return_freed_tensors
 from relight_torch.optimizers import OptimizerName, make_optimizer, step_dropping_gradients
-from relight_torch.packing import LOGPROB_CHUNK, PackedBatch, micro_batches, pack, response_logprobs
+from relight_torch.packing import LOGPROB_CHUNK, PackedBatch, micro_batches, pack, response_logprobs, shared_prefix
 
 __all__ = ["Learner", "Sample", "TokenLoss"]
 
@@ -105,11 +105,12 @@ class Learner:
         scale = normalizer or tokens
         self.optimizer.zero_grad(set_to_none=True)
         totals: dict[str, float] = {"loss": 0.0}
-        lengths = [len(sample.prompt_ids) + len(sample.response_ids) for sample in samples]
+        share = not self.recompute_activations  # recomputed blocks run without a cache to share a start through
+        lengths = self._lengths(samples, share=share)
         with self._recomputing():
             for indices in micro_batches(lengths, self.token_budget):
                 chunk = [samples[i] for i in indices]
-                batch = self.pack(chunk)
+                batch = self.pack(chunk, share=share)
                 loss, stats = token_loss(self.score(self.model, batch), batch, chunk)
                 (loss / scale).backward()
                 totals["loss"] += loss.item()
@@ -121,18 +122,23 @@ class Learner:
         means = {name: value / tokens for name, value in totals.items()}
         return {**means, "loss": totals["loss"] / scale, "grad_norm": float(grad_norm)}
 
-    def pack(self, samples: Sequence[Sample]) -> PackedBatch:
-        return pack(
-            [s.prompt_ids for s in samples], [s.response_ids for s in samples], pad_id=self.pad_id, device=self.device
-        )
+    def pack(self, samples: Sequence[Sample], *, share: bool = True) -> PackedBatch:
+        """The samples as one batch; with ``share`` a start all their prompts share is computed once."""
+        prompts, responses = [s.prompt_ids for s in samples], [s.response_ids for s in samples]
+        return pack(prompts, responses, pad_id=self.pad_id, device=self.device, share=share)
+
+    @staticmethod
+    def _lengths(samples: Sequence[Sample], *, share: bool) -> list[int]:
+        """Each sample's tokens for the budget: without the start every prompt shares, when it is computed once."""
+        shared = shared_prefix([s.prompt_ids for s in samples]) if share else 0
+        return [len(sample.prompt_ids) + len(sample.response_ids) - shared for sample in samples]
 
     @torch.no_grad()
     def logprobs(self, samples: Sequence[Sample], model: PreTrainedModel | None = None) -> list[list[float]]:
         """Each sample's response-token logprobs under ``model`` (the policy by default), batched by budget."""
         scorer = model or self.model
         result: list[list[float]] = [[] for _ in samples]
-        lengths = [len(sample.prompt_ids) + len(sample.response_ids) for sample in samples]
-        for indices in micro_batches(lengths, self.token_budget):
+        for indices in micro_batches(self._lengths(samples, share=True), self.token_budget):
             chunk = [samples[i] for i in indices]
             scores = self.score(scorer, self.pack(chunk))
             for row, index in enumerate(indices):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import torch
-from transformers import PreTrainedModel
+from transformers import DynamicCache, PreTrainedModel
 
 __all__ = [
     "LOGPROB_CHUNK",
@@ -24,6 +24,7 @@ __all__ = [
     "pack",
     "positions",
     "response_logprobs",
+    "shared_prefix",
     "token_logprobs",
 ]
 
@@ -37,6 +38,8 @@ class PackedBatch:
     attention_mask: torch.Tensor
     response_mask: torch.Tensor
     """``[batch, response_width]``: 1 where a response token is real."""
+    shared: int = 0
+    """Leading columns every row shares (``prefix, pads, rest of the prompt, response``): computed once."""
 
     @property
     def response_width(self) -> int:
@@ -67,11 +70,22 @@ def pack(
     *,
     pad_id: int,
     device: torch.device | str = "cpu",
+    share: bool = False,
 ) -> PackedBatch:
-    """Lay out ``prompts[i] + responses[i]`` rows in one tensor (see the module docstring)."""
+    """Lay out ``prompts[i] + responses[i]`` rows in one tensor (see the module docstring).
+
+    With ``share``, a start that every prompt shares (an agent's system prompt and tool list) comes
+    first and the rest of each prompt is left-padded after it, as the engine lays out a batch it
+    samples (:mod:`relight_torch.running_batch`); scoring then computes that start once.
+    """
     if len(prompts) != len(responses) or not prompts:
         raise ValueError(f"pack needs as many prompts as responses, at least one; got {len(prompts)}, {len(responses)}")
-    prompt_ids, prompt_mask = left_pad(prompts, pad_id=pad_id, device=device)
+    shared = shared_prefix(prompts) if share else 0
+    prompt_ids, prompt_mask = left_pad([p[shared:] for p in prompts], pad_id=pad_id, device=device)
+    if shared:
+        prefix = torch.tensor([list(prompts[0][:shared])] * len(prompts), dtype=torch.long, device=device)
+        prompt_ids = torch.cat([prefix, prompt_ids], dim=1)
+        prompt_mask = torch.cat([torch.ones_like(prefix), prompt_mask], dim=1)
     width = max(1, max(len(r) for r in responses))
     response_ids = torch.tensor([list(r) + [pad_id] * (width - len(r)) for r in responses], dtype=torch.long)
     response_mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in responses], dtype=torch.long)
@@ -79,7 +93,30 @@ def pack(
         input_ids=torch.cat([prompt_ids, response_ids.to(device)], dim=1),
         attention_mask=torch.cat([prompt_mask, response_mask.to(device)], dim=1),
         response_mask=response_mask.to(device),
+        shared=shared,
     )
+
+
+SHARED_MIN = 16
+"""Shared leading tokens below which rows are computed whole (two passes would cost more than they save)."""
+
+
+def shared_prefix(sequences: Sequence[Sequence[int]]) -> int:
+    """How many leading tokens every sequence shares, leaving each at least one token of its own.
+
+    0 for a single sequence or when fewer than :data:`SHARED_MIN` are shared.
+    """
+    if len(sequences) < 2:
+        return 0
+    shortest = min(len(s) for s in sequences)
+    first = sequences[0]
+    shared = max(0, shortest - 1)
+    for index in range(shortest - 1):
+        token = first[index]
+        if any(s[index] != token for s in sequences):
+            shared = index
+            break
+    return shared if shared >= SHARED_MIN else 0
 
 
 LOGPROB_CHUNK = 512
@@ -102,12 +139,7 @@ def response_logprobs(
     if head is None or chunk_tokens is None:
         return _whole_vocabulary_logprobs(model, batch)
     width = batch.response_width
-    hidden = model.get_decoder()(
-        input_ids=batch.input_ids,
-        attention_mask=batch.attention_mask,
-        position_ids=positions(batch.attention_mask),
-        use_cache=False,
-    ).last_hidden_state[:, -width - 1 : -1]
+    hidden = _forward(model.get_decoder(), batch).last_hidden_state[:, -width - 1 : -1]
     mask = batch.response_mask.bool()
     scores = token_logprobs(hidden[mask], batch.input_ids[:, -width:][mask], head, chunk_tokens=chunk_tokens)
     return torch.zeros(mask.shape, dtype=scores.dtype, device=scores.device).masked_scatter(mask, scores)
@@ -197,17 +229,36 @@ def _output_layer(model: PreTrainedModel) -> torch.nn.Linear | None:
 
 def _whole_vocabulary_logprobs(model: PreTrainedModel, batch: PackedBatch) -> torch.Tensor:
     width = batch.response_width
-    output = model(
-        input_ids=batch.input_ids,
-        attention_mask=batch.attention_mask,
-        position_ids=positions(batch.attention_mask),
-        logits_to_keep=width + 1,
-        use_cache=False,
-    )
-    logits = output.logits[:, :-1].float()
+    logits = _forward(model, batch, logits_to_keep=width + 1).logits[:, :-1].float()
     targets = batch.input_ids[:, -width:]
     logprobs = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     return logprobs * batch.response_mask
+
+
+def _forward(model: torch.nn.Module, batch: PackedBatch, **options: Any) -> Any:
+    """``model`` over the batch's rows; a shared start is run once and its keys and values repeated for every row.
+
+    Gradients flow through the repeated keys and values back to the one computation of the start,
+    so a batch of an agent's calls costs about one system prompt plus each call's own tokens, in
+    the backward pass as in the forward.
+    """
+    if not batch.shared:
+        mask = batch.attention_mask
+        ids = batch.input_ids
+        return model(input_ids=ids, attention_mask=mask, position_ids=positions(mask), use_cache=False, **options)
+    cache = DynamicCache()
+    start = {"logits_to_keep": 1} if "logits_to_keep" in options else {}
+    model(input_ids=batch.input_ids[:1, : batch.shared], past_key_values=cache, use_cache=True, **start)
+    cache.batch_repeat_interleave(batch.input_ids.shape[0])
+    mask = batch.attention_mask
+    return model(
+        input_ids=batch.input_ids[:, batch.shared :],
+        attention_mask=mask,
+        position_ids=positions(mask)[:, batch.shared :],
+        past_key_values=cache,
+        use_cache=True,
+        **options,
+    )
 
 
 def micro_batches(lengths: Sequence[int], token_budget: int) -> list[list[int]]:

@@ -66,6 +66,8 @@ class Recipe:
     samples_per_task: int = 4
     lr: float = 1e-5
     clip: float = 0.2
+    mini_batches: int = 1
+    """Optimizer steps per GRPO update, each on a part of the batch: more steps for the same sampling and compute."""
     eval_tasks: int = 40
     train_temperature: float = 1.0
     dynamic_sampling: int = 0
@@ -82,7 +84,10 @@ class Recipe:
 
     def grpo(self, engine: TorchEngine, callbacks: Sequence[UpdateCallback] = ()) -> GRPO:
         """GRPO on ``engine`` with this recipe's learning rate, clip, seed and token budget."""
-        return GRPO(engine, lr=self.lr, clip=self.clip, callbacks=callbacks, **self.learner_options())
+        return GRPO(
+            engine, lr=self.lr, clip=self.clip, mini_batches=self.mini_batches, callbacks=callbacks,
+            **self.learner_options(),
+        )  # fmt: skip
 
     def learner_options(self) -> dict[str, Any]:
         """What SFT and GRPO share: the seed, the token budget, and no recomputed activations when few layers train."""

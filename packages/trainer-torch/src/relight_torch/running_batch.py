@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from relight_torch.packing import left_pad, positions
+from relight_torch.packing import left_pad, positions, shared_prefix
 
 __all__ = ["RunningBatch"]
 
@@ -98,8 +98,8 @@ class RunningBatch:
         call's cost, and a batch of 32 calls of the same agent costs about one prompt plus 32 rests.
         """
         cache = DynamicCache()
-        shared = _shared_prefix(sequences) if len(sequences) > 1 else 0
-        if shared < _SHARED_MIN:
+        shared = shared_prefix(sequences)
+        if not shared:
             input_ids, mask = left_pad(sequences, pad_id=self.pad_id, device=self.device)
             position_ids = positions(mask)
         else:
@@ -118,21 +118,6 @@ class RunningBatch:
             logits_to_keep=1,
         )
         return cache, mask, mask.sum(-1), output.logits[:, -1].float()
-
-
-_SHARED_MIN = 16
-"""Shared leading tokens below which a batch is prefilled whole (two passes would cost more than they save)."""
-
-
-def _shared_prefix(sequences: Sequence[Sequence[int]]) -> int:
-    """How many leading tokens every sequence shares, leaving each at least one token of its own."""
-    shortest = min(len(s) for s in sequences)
-    first = sequences[0]
-    for index in range(shortest - 1):
-        token = first[index]
-        if any(s[index] != token for s in sequences):
-            return index
-    return max(0, shortest - 1)
 
 
 def _pad_left(tensor: torch.Tensor, width: int, *, dim: int = 2) -> torch.Tensor:
