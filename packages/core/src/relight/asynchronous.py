@@ -9,8 +9,9 @@
   it, updates, and admits the next: the synchronous loop, batch for batch (except that an epoch's
   last, partial batch is topped up with the next epoch's first tasks, which the synchronous loop
   trains as a smaller batch).
-* **Batches.** A batch is ``batch_size`` whole finished groups, taken in the order they finished
-  (the last batch may be smaller) and handed over in the order they were admitted. A group is never split.
+* **Batches.** A batch is ``batch_size`` whole finished groups, taken in the order they were seen to
+  finish (groups seen in the same look in the order they were admitted; the last batch may be
+  smaller) and handed over in the order they were admitted. A group is never split.
 * **Staleness.** A transition's staleness is the policy version being updated less the version that
   sampled it (for a call whose tokens came from two versions, the older: see the engine's
   ``policy_version_segments``). A group holding a transition more than ``k`` versions behind is
@@ -26,6 +27,11 @@
   between generation steps) is updated while calls are served; any other is updated with the
   gateway paused, as in the synchronous loop, while its agents' tools and queued work go on.
 
+The loop looks at every in-flight rollout in one store query every ``POLL_SECONDS`` (and at once
+when an update returns), rather than keeping a waiter per group: a store wakes every waiter at each
+change, so with ``batch_size × (k + 1)`` groups in flight the per-group waiters' queries cost more
+CPU than the runner that makes the changes.
+
 Each update's metrics add the asynchronous ones to the synchronous loop's: rollouts/s, updates/s,
 samples per update, the staleness histogram (``staleness_<d>``), drops, and the idle time of the
 learner (waiting for a batch) and of the runners (no training rollout in flight).
@@ -40,7 +46,6 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from pydantic import JsonValue
 from rich.console import Console
@@ -56,7 +61,10 @@ from relight.store import Store
 from relight.trained import record_trained
 from relight.transitions import TransitionBuilder
 
-__all__ = ["AsyncOptions", "AsyncTraining", "LoopHooks"]
+__all__ = ["POLL_SECONDS", "AsyncOptions", "AsyncTraining", "LoopHooks"]
+
+POLL_SECONDS = 0.1
+"""How often the loop looks for finished groups: a group takes seconds, a look costs one query."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +115,6 @@ class _Group:
     version: int
     """The policy version when it was admitted."""
     admitted_at: float
-    waiter: asyncio.Task[list[Rollout]]
     rollouts: list[Rollout] = field(default_factory=list[Rollout])
     transitions: list[Transition] = field(default_factory=list[Transition])
 
@@ -219,20 +226,18 @@ class AsyncTraining(TrainingLoop):
                         waited = time.perf_counter() - idle_since
                         self._totals.learner_idle += waited
                         update = asyncio.create_task(self._update(batch, step, waited))
-                waiting: set[asyncio.Task[Any]] = {group.waiter for group in self._inflight.values()}
-                if update is not None:
-                    waiting.add(update)
-                if not waiting:
+                if update is None and not self._inflight:
                     continue
-                done, _ = await asyncio.wait(waiting, timeout=self._next_deadline(), return_when="FIRST_COMPLETED")
-                if update is not None and update in done:
-                    metrics, resources = update.result()
-                    update, idle_since, updated = None, time.perf_counter(), updated + 1
-                    history.append(metrics)
-                    self.hooks.report(metrics)
-                for group in list(self._inflight.values()):
-                    if group.waiter in done:
-                        await self._finished(group, group.waiter.result())
+                if update is not None:
+                    await asyncio.wait({update}, timeout=self._next_look() if self._inflight else None)
+                    if update.done():
+                        metrics, resources = update.result()
+                        update, idle_since, updated = None, time.perf_counter(), updated + 1
+                        history.append(metrics)
+                        self.hooks.report(metrics)
+                else:
+                    await asyncio.sleep(self._next_look())
+                await self._look()
                 await self._age_out()
                 show()
                 if not self._inflight and runners_idle_since is None:
@@ -240,8 +245,6 @@ class AsyncTraining(TrainingLoop):
         finally:
             if update is not None:
                 update.cancel()
-            for group in self._inflight.values():
-                group.waiter.cancel()
         if history:  # groups dropped or aged out after the last update count too
             history[-1] |= self._counts()
         return step, resources, history
@@ -258,9 +261,20 @@ class AsyncTraining(TrainingLoop):
         )
         rollouts = await self.store.enqueue(requests)
         ids = [rollout.rollout_id for rollout in rollouts]
-        waiter = asyncio.create_task(self.store.wait(ids))
         version = self.algorithm.policy_version
-        self._inflight[group] = _Group(index, task, group, ids, version, time.perf_counter(), waiter)
+        self._inflight[group] = _Group(index, task, group, ids, version, time.perf_counter())
+
+    async def _look(self) -> None:
+        """Queue every in-flight group whose rollouts have all ended, after one store query for all of them."""
+        groups = list(self._inflight.values())
+        if not groups:
+            return
+        rollouts = await self.store.wait([rid for group in groups for rid in group.rollout_ids], timeout=0)
+        start = 0
+        for group in groups:
+            mine, start = rollouts[start : start + len(group.rollout_ids)], start + len(group.rollout_ids)
+            if all(rollout.is_finished for rollout in mine):
+                await self._finished(group, mine)
 
     async def _finished(self, group: _Group, rollouts: list[Rollout]) -> None:
         """A group whose rollouts have all ended: read its transitions and queue it for a batch."""
@@ -310,17 +324,16 @@ class AsyncTraining(TrainingLoop):
                     await self._finished(group, rollouts)
                     continue
                 del self._inflight[group.group_id]
-                group.waiter.cancel()
                 await self.store.cancel(group.rollout_ids)
                 await self._drop(group, DropReason.AGED_OUT, version)
 
-    def _next_deadline(self) -> float | None:
-        """Seconds until the first in-flight group ages out by time; None without a ``group_timeout``."""
+    def _next_look(self) -> float:
+        """Seconds until the next look: :data:`POLL_SECONDS`, or less when a group ages out by time sooner."""
         limit = self.options.group_timeout
         if limit is None or not self._inflight:
-            return None
+            return POLL_SECONDS
         first = min(group.admitted_at for group in self._inflight.values())
-        return max(0.0, first + limit - time.perf_counter())
+        return min(POLL_SECONDS, max(0.0, first + limit - time.perf_counter()))
 
     async def _update(self, batch: list[_Group], step: int, waited: float) -> tuple[dict[str, float], Resources]:
         version = self.algorithm.policy_version
