@@ -133,14 +133,17 @@ class _Connection(asyncio.Protocol):
             await self._wait()
 
     async def next_body(self) -> bytes | None:
-        """The next part of the body as it arrived, or None once the response is complete."""
+        """The body that has arrived since the last look (every HTTP chunk of it, joined), or None once
+        the response is complete. A fast upstream sends a stream's chunks in one read: the reader then
+        wakes once for all of them, not once for each."""
         while not self._body:
             if self.complete:
                 return None
             await self._wait()
-        data = self._body.popleft()
-        self._buffered -= len(data)
-        if self._paused and self._buffered <= _HIGH_WATER // 4 and self.transport is not None:
+        data = self._body.popleft() if len(self._body) == 1 else b"".join(self._body)
+        self._body.clear()
+        self._buffered = 0
+        if self._paused and self.transport is not None:
             self._paused = False
             self.transport.resume_reading()
         return data

@@ -188,19 +188,22 @@ class OpenAIUpstream:
             response = await self._open_stream(_PATHS[endpoint], endpoint, body)
             async with response:
                 done = False
-                async for line in _lines(response):
-                    if done or not line.startswith(b"data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == b"[DONE]":  # the body ends just after: read to its end, so the connection is reused
-                        done = True
-                        continue
-                    chunk = cast(Json, _json.loads(data))
-                    if "error" in chunk:
-                        raise UpstreamError(f"the stream broke off: {_error_message(data)}")
-                    if not self._reported and self.vllm is not False and chunk.get("choices"):
-                        self._report(chunk)
-                    yield chunk
+                pending = b""  # a line not yet ended (a first vLLM chunk carries the whole prompt's ids)
+                async for received in _reads(response):  # all that arrived together, in one wake-up
+                    *lines, pending = (pending + received).split(b"\n")
+                    for line in lines:
+                        if done or not line.startswith(b"data:"):
+                            continue
+                        data = line[5:].strip()
+                        if data == b"[DONE]":  # the body ends just after: read to its end, so the connection is reused
+                            done = True
+                            continue
+                        chunk = cast(Json, _json.loads(data))
+                        if "error" in chunk:
+                            raise UpstreamError(f"the stream broke off: {_error_message(data)}")
+                        if not self._reported and self.vllm is not False and chunk.get("choices"):
+                            self._report(chunk)
+                        yield chunk
         except OSError as error:
             raise UpstreamError(f"{self.name} did not answer: {_describe(error)}") from error
 
@@ -231,16 +234,11 @@ class OpenAIUpstream:
             self._http = None
 
 
-async def _lines(response: HttpResponse) -> AsyncIterator[bytes]:
-    """The body's lines, however long (a first vLLM chunk carries the whole prompt's token ids)."""
-    pending = b""
+async def _reads(response: HttpResponse) -> AsyncIterator[bytes]:
+    """The body as it arrives, then a newline, so that a last line without one is read too."""
     async for data in response.iter_body():
-        pending += data
-        *lines, pending = pending.split(b"\n")
-        for line in lines:
-            yield line
-    if pending:
-        yield pending
+        yield data
+    yield b"\n"
 
 
 class EngineUpstream:

@@ -48,6 +48,9 @@ def check_client_status(status: AttemptStatus) -> None:
         raise ConfigError(f"status must be one of {allowed} when a worker finishes an attempt, got {status.value!r}")
 
 
+_NEED_NO_LOOK = frozenset({int, str, bool, type(None)})
+
+
 def check_finite(value: JsonValue, field: str) -> None:
     """Raise ConfigError naming the place of the first NaN or infinity in ``value``: JSON has none, and a
     store would keep it as null (a reward that silently vanishes)."""
@@ -55,12 +58,16 @@ def check_finite(value: JsonValue, field: str) -> None:
         if not math.isfinite(value):
             raise ConfigError(f"{field} must be a finite number, got {value!r}")
     elif isinstance(value, list):
+        kinds = set(map(type, value))  # token ids, text and logprobs: the whole list at C speed
+        if kinds <= _NEED_NO_LOOK or (kinds == {float} and all(map(math.isfinite, value))):
+            return
         for index, item in enumerate(value):
-            if not isinstance(item, int | str):  # the common case, ids and text, needs no look
+            if type(item) not in _NEED_NO_LOOK:
                 check_finite(item, f"{field}[{index}]")
     elif isinstance(value, dict):
         for key, item in value.items():
-            check_finite(item, f"{field}.{key}")
+            if type(item) not in _NEED_NO_LOOK:
+                check_finite(item, f"{field}.{key}")
 
 
 def check_requests(requests: Iterable[RolloutRequest]) -> None:
