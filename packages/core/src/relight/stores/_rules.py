@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Literal
+from typing import Literal, cast
 
 from pydantic import JsonValue
 
@@ -59,7 +59,7 @@ def check_finite(value: JsonValue, field: str) -> None:
             raise ConfigError(f"{field} must be a finite number, got {value!r}")
     elif isinstance(value, list):
         kinds = set(map(type, value))  # token ids, text and logprobs: the whole list at C speed
-        if kinds <= _NEED_NO_LOOK or (kinds == {float} and all(map(math.isfinite, value))):
+        if kinds <= _NEED_NO_LOOK or (kinds == {float} and all(map(math.isfinite, cast(list[float], value)))):
             return
         for index, item in enumerate(value):
             if type(item) not in _NEED_NO_LOOK:
