@@ -1,7 +1,7 @@
 """A math agent with a calculator, in AutoGen AgentChat: the Calc-X scenario of the Agent Lightning paper.
 
 One ``AssistantAgent``, the ``solver``, reads an arithmetic word problem, calls the ``calculator``
-tool for each step (up to four rounds) and ends with ``Answer: <number>``. The reward is 1.0 when
+tool for each step (up to three rounds) and ends with ``Answer: <number>``. The reward is 1.0 when
 that number is the problem's result. Everything below is ordinary AutoGen; the relight-specific
 lines are ``relight.instrument("autogen")``, the model client's ``base_url``/``api_key``/``model``
 taken from the ``llm`` handle, and the returned reward.
@@ -32,7 +32,7 @@ SYSTEM_PROMPT = (
     "You solve math word problems. Call the calculator for every arithmetic step. "
     "When you know the result, reply with 'Answer: <number>' and nothing else."
 )
-MAX_TOOL_ROUNDS = 4
+MAX_TOOL_ROUNDS = 3
 MAX_TOKENS = 64
 
 _OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
