@@ -5,7 +5,7 @@
     runs/20260124-013000/
         metrics.jsonl      one JSON object per training step ("kind": "train") and validation ("kind": "val")
         summary.json       how the run ended: steps, policy version, rewards, time, where the rest is
-        reward_curve.png   training and validation reward per step, redrawn after each line
+        reward_curve.png   training and validation reward per step, redrawn as lines come (at most every 10 s)
         checkpoints/       step-<n>/ as the algorithm saves them (the last two are kept)
         store.db           the run's store, when it is the default SQLite file
 
@@ -24,7 +24,7 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -38,6 +38,10 @@ logger = logging.getLogger(__name__)
 
 RowKind = Literal["train", "val"]
 
+
+PLOT_EVERY_SECONDS = 10.0
+"""How long the reward curve may lag the metrics file. Drawing a PNG costs ~0.2 s of CPU on the event
+loop that also serves the agents (a fifth of a short step in ``benchmarks/async_training.py``)."""
 
 RUNS_ENV = "RELIGHT_RUNS"
 """The environment variable naming the folder default run folders go into (``runs`` when unset)."""
@@ -60,12 +64,23 @@ def default_run_dir(root: str | Path | None = None) -> Path:
 class RunFolder:
     """Writes a run's metrics, summary, reward curve and checkpoints under ``path`` (created if missing)."""
 
-    def __init__(self, path: str | Path, *, keep_checkpoints: int = 2) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        keep_checkpoints: int = 2,
+        plot_every: float = PLOT_EVERY_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.path = Path(path).resolve()
         self.path.mkdir(parents=True, exist_ok=True)
         self.keep_checkpoints = keep_checkpoints
+        self.plot_every = plot_every
         self.rows: list[dict[str, float | str]] = []
         self._began = time.time()
+        self._clock = clock
+        self._plotted: tuple[int, float] | None = None
+        """(rows drawn, when) of the last drawing."""
 
     @property
     def metrics_path(self) -> Path:
@@ -89,19 +104,31 @@ class RunFolder:
         return f"sqlite:///{self.path / 'store.db'}"
 
     def record(self, kind: RowKind, metrics: Mapping[str, float]) -> None:
-        """Append one line to metrics.jsonl and redraw the reward curve."""
+        """Append one line to metrics.jsonl; redraw the reward curve if the last drawing is ``plot_every`` old."""
         row: dict[str, float | str] = {"kind": kind, "time": round(time.time(), 3), **metrics}
         self.rows.append(row)
         with self.metrics_path.open("a", encoding="utf-8") as file:
             file.write(json.dumps(row) + "\n")
+        if self._plotted is None or self._clock() - self._plotted[1] >= self.plot_every:
+            self._plot()
+
+    def _plot(self) -> None:
+        """Draw every row so far into reward_curve.png (warns once when matplotlib is missing)."""
+        first = self._plotted is None
+        self._plotted = (len(self.rows), self._clock())
         try:
             plot_rewards(self.rows, self.plot_path, title=self.path.name)
         except ImportError:
-            if len(self.rows) == 1:
+            if first:
                 logger.warning("relight: no reward_curve.png in %s: install matplotlib to get one", self.path)
 
     def write_summary(self, summary: Mapping[str, JsonValue]) -> None:
-        """Write summary.json: ``summary`` over what the folder itself knows (files, time, last rewards)."""
+        """Write summary.json: ``summary`` over what the folder itself knows (files, time, last rewards).
+
+        The run is over, so the reward curve is brought up to its last row too.
+        """
+        if self.rows and (self._plotted is None or self._plotted[0] < len(self.rows)):
+            self._plot()
         train = [row for row in self.rows if row["kind"] == "train"]
         val = [row for row in self.rows if row["kind"] == "val"]
         known: dict[str, JsonValue] = {
