@@ -32,7 +32,8 @@ def test_a_shared_start_gives_the_logprobs_and_gradients_of_whole_rows() -> None
         whole, whole_grads = _score(engine.model, share=False)
         shared, shared_grads = _score(engine.model, share=True)
     torch.testing.assert_close(shared, whole, atol=1e-5, rtol=1e-5)
-    assert whole_grads.keys() == shared_grads.keys() and whole_grads
+    assert whole_grads
+    assert whole_grads.keys() == shared_grads.keys()
     for name, grad in whole_grads.items():
         torch.testing.assert_close(shared_grads[name], grad, atol=1e-5, rtol=1e-4, msg=name)
 
