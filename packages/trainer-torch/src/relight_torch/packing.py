@@ -19,6 +19,7 @@ from transformers import DynamicCache, PreTrainedModel
 __all__ = [
     "LOGPROB_CHUNK",
     "PackedBatch",
+    "forward_sharing",
     "left_pad",
     "micro_batches",
     "pack",
@@ -52,12 +53,18 @@ def positions(attention_mask: torch.Tensor) -> torch.Tensor:
 
 
 def left_pad(
-    rows: Sequence[Sequence[int]], *, pad_id: int, device: torch.device | str = "cpu"
+    rows: Sequence[Sequence[int]], *, pad_id: int, device: torch.device | str = "cpu", shared: int = 0
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token ids and attention mask of ``rows`` padded on the left to one width, as the engine feeds prompts."""
-    width = max(len(row) for row in rows)
-    ids = [[pad_id] * (width - len(row)) + list(row) for row in rows]
-    mask = [[0] * (width - len(row)) + [1] * len(row) for row in rows]
+    """Token ids and attention mask of ``rows`` padded on the left to one width, as the engine feeds prompts.
+
+    With ``shared``, the start that many leading tokens every row shares stays first and the pads
+    go after it (``start, pads, rest``), so that :func:`forward_sharing` can compute the start once.
+    """
+    start = list(rows[0][:shared])
+    rests = [row[shared:] for row in rows]
+    width = max(len(rest) for rest in rests)
+    ids = [start + [pad_id] * (width - len(rest)) + list(rest) for rest in rests]
+    mask = [[1] * shared + [0] * (width - len(rest)) + [1] * len(rest) for rest in rests]
     return (
         torch.tensor(ids, dtype=torch.long, device=device),
         torch.tensor(mask, dtype=torch.long, device=device),
@@ -81,11 +88,7 @@ def pack(
     if len(prompts) != len(responses) or not prompts:
         raise ValueError(f"pack needs as many prompts as responses, at least one; got {len(prompts)}, {len(responses)}")
     shared = shared_prefix(prompts) if share else 0
-    prompt_ids, prompt_mask = left_pad([p[shared:] for p in prompts], pad_id=pad_id, device=device)
-    if shared:
-        prefix = torch.tensor([list(prompts[0][:shared])] * len(prompts), dtype=torch.long, device=device)
-        prompt_ids = torch.cat([prefix, prompt_ids], dim=1)
-        prompt_mask = torch.cat([torch.ones_like(prefix), prompt_mask], dim=1)
+    prompt_ids, prompt_mask = left_pad(prompts, pad_id=pad_id, device=device, shared=shared)
     width = max(1, max(len(r) for r in responses))
     response_ids = torch.tensor([list(r) + [pad_id] * (width - len(r)) for r in responses], dtype=torch.long)
     response_mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in responses], dtype=torch.long)
@@ -236,27 +239,40 @@ def _whole_vocabulary_logprobs(model: PreTrainedModel, batch: PackedBatch) -> to
 
 
 def _forward(model: torch.nn.Module, batch: PackedBatch, **options: Any) -> Any:
-    """``model`` over the batch's rows; a shared start is run once and its keys and values repeated for every row.
+    """``model`` over the batch's rows, its shared start computed once (:func:`forward_sharing`)."""
+    return forward_sharing(model, batch.input_ids, batch.attention_mask, shared=batch.shared, **options)
 
-    Gradients flow through the repeated keys and values back to the one computation of the start,
-    so a batch of an agent's calls costs about one system prompt plus each call's own tokens, in
-    the backward pass as in the forward.
+
+def forward_sharing(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    *,
+    shared: int = 0,
+    cache: DynamicCache | None = None,
+    **options: Any,
+) -> Any:
+    """``model`` over left-padded rows whose first ``shared`` columns are one start (:func:`left_pad`).
+
+    The start is run once, on the first row, and its keys and values repeated for every row.
+    Gradients flow through the repeated keys and values back to that one computation, so a batch
+    of an agent's calls costs about one system prompt plus each call's own tokens, in the backward
+    pass as in the forward. ``cache`` (the engine's) receives the keys and values; without it none
+    are kept beyond the call.
     """
-    if not batch.shared:
-        mask = batch.attention_mask
-        ids = batch.input_ids
-        return model(input_ids=ids, attention_mask=mask, position_ids=positions(mask), use_cache=False, **options)
-    cache = DynamicCache()
-    start = {"logits_to_keep": 1} if "logits_to_keep" in options else {}
-    model(input_ids=batch.input_ids[:1, : batch.shared], past_key_values=cache, use_cache=True, **start)
-    cache.batch_repeat_interleave(batch.input_ids.shape[0])
-    mask = batch.attention_mask
+    position_ids = positions(attention_mask)
+    if shared:
+        cache = cache if cache is not None else DynamicCache()
+        start = {"logits_to_keep": 1} if "logits_to_keep" in options else {}
+        model(input_ids=input_ids[:1, :shared], past_key_values=cache, use_cache=True, **start)
+        cache.batch_repeat_interleave(input_ids.shape[0])
+        input_ids, position_ids = input_ids[:, shared:], position_ids[:, shared:]
     return model(
-        input_ids=batch.input_ids[:, batch.shared :],
-        attention_mask=mask,
-        position_ids=positions(mask)[:, batch.shared :],
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
         past_key_values=cache,
-        use_cache=True,
+        use_cache=cache is not None,
         **options,
     )
 

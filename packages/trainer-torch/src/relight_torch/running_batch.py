@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from relight_torch.packing import left_pad, positions, shared_prefix
+from relight_torch.packing import forward_sharing, left_pad, shared_prefix
 
 __all__ = ["RunningBatch"]
 
@@ -99,24 +99,8 @@ class RunningBatch:
         """
         cache = DynamicCache()
         shared = shared_prefix(sequences)
-        if not shared:
-            input_ids, mask = left_pad(sequences, pad_id=self.pad_id, device=self.device)
-            position_ids = positions(mask)
-        else:
-            prefix = torch.tensor([sequences[0][:shared]], dtype=torch.long, device=self.device)
-            self.model(input_ids=prefix, past_key_values=cache, use_cache=True, logits_to_keep=1)
-            cache.batch_repeat_interleave(len(sequences))
-            input_ids, rest_mask = left_pad([s[shared:] for s in sequences], pad_id=self.pad_id, device=self.device)
-            mask = torch.cat([rest_mask.new_ones(len(sequences), shared), rest_mask], dim=1)
-            position_ids = positions(mask)[:, shared:]
-        output = self.model(
-            input_ids=input_ids,
-            attention_mask=mask,
-            position_ids=position_ids,
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
+        input_ids, mask = left_pad(sequences, pad_id=self.pad_id, device=self.device, shared=shared)
+        output = forward_sharing(self.model, input_ids, mask, shared=shared, cache=cache, logits_to_keep=1)
         return cache, mask, mask.sum(-1), output.logits[:, -1].float()
 
 
