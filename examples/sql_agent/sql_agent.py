@@ -4,8 +4,9 @@ Four nodes, as in the paper's agent: ``write_query`` drafts SQLite from the ques
 schema, ``execute_query`` runs it (a LangChain tool, so the run is a tool span), ``check_query``
 reads the query and its result and either says ``THE QUERY IS CORRECT`` or names the mistake,
 and ``rewrite_query`` fixes the query from that feedback, looping through execute and check
-until the check passes or ``MAX_TURNS`` rewrites are spent. The reward is execution match: 1.0
-when the final query returns what the gold query returns.
+until the check passes or ``MAX_TURNS`` rewrites are spent (the last rewrite is executed, not
+checked: no verdict could change it; a rewrite with no SQL in it keeps the query it was given).
+The reward is execution match: 1.0 when the final query returns what the gold query returns.
 
 Only the writer and the rewriter are trained; the checker is left alone
 (``TransitionBuilder(roles="write_query|rewrite_query")``). The relight-specific lines are
@@ -35,7 +36,7 @@ from sql_data import execute, execution_match, schema
 import relight
 
 MAX_TURNS = 2
-"""Rewrites allowed after the first query."""
+"""Rewrites allowed after the first query (a task's ``max_turns`` overrides it)."""
 TRAINED_ROLES = "write_query|rewrite_query"
 CORRECT = "THE QUERY IS CORRECT"
 
@@ -53,6 +54,7 @@ REWRITE_PROMPT = (
 )
 
 _SQL_BLOCK = re.compile(r"```(?:sql)?\s*(.*?)(?:```|$)", re.DOTALL | re.IGNORECASE)
+_STATEMENT = re.compile(r"\b(SELECT|WITH)\b", re.IGNORECASE)
 
 
 class State(TypedDict, total=False):
@@ -69,7 +71,7 @@ def extract_query(text: str) -> str:
     found = _SQL_BLOCK.search(text)
     if found and found.group(1).strip():
         return found.group(1).strip().rstrip(";")
-    start = re.search(r"\b(SELECT|WITH)\b", text, re.IGNORECASE)
+    start = _STATEMENT.search(text)
     return text[start.start() :].strip().rstrip(";") if start else text.strip()
 
 
@@ -88,7 +90,7 @@ def sql_tool(db_path: str) -> BaseTool:
     return execute_query
 
 
-def build_graph(model: ChatOpenAI, db_path: str) -> CompiledStateGraph[Any]:
+def build_graph(model: ChatOpenAI, db_path: str, *, max_turns: int = MAX_TURNS) -> CompiledStateGraph[Any]:
     """write_query → execute_query → check_query → (rewrite_query → execute_query → …) → end."""
     run_sql = sql_tool(db_path)
 
@@ -120,18 +122,22 @@ def build_graph(model: ChatOpenAI, db_path: str) -> CompiledStateGraph[Any]:
             f"Query:\n{state['query']}",
             f"Feedback: {state['feedback']}",
         )
-        return {"query": extract_query(reply), "turns": state.get("turns", 0) + 1}
+        query = extract_query(reply)
+        kept = query if _STATEMENT.search(query) else state["query"]  # "```" or prose: nothing to run
+        return {"query": kept, "turns": state.get("turns", 0) + 1}
+
+    def after_execute(state: State) -> str:
+        return "check_query" if state.get("turns", 0) < max_turns else END
 
     def after_check(state: State) -> str:
-        done = CORRECT in state.get("feedback", "").upper() or state.get("turns", 0) >= MAX_TURNS
-        return END if done else "rewrite_query"
+        return END if CORRECT in state.get("feedback", "").upper() else "rewrite_query"
 
     graph = StateGraph(State)
     for node in (write_query, execute_query, check_query, rewrite_query):
         graph.add_node(node.__name__, node)
     graph.add_edge(START, "write_query")
     graph.add_edge("write_query", "execute_query")
-    graph.add_edge("execute_query", "check_query")
+    graph.add_conditional_edges("execute_query", after_execute, ["check_query", END])
     graph.add_conditional_edges("check_query", after_check, ["rewrite_query", END])
     graph.add_edge("rewrite_query", "execute_query")
     return graph.compile()
@@ -150,7 +156,8 @@ relight.instrument("langgraph")
 @relight.rollout
 async def answer(task: dict[str, Any], llm: Any) -> float:
     """Answer ``task["question"]`` on ``task["db_path"]``; 1.0 when the query's result matches ``task["query"]``'s."""
-    graph = build_graph(chat_model(llm, temperature=task.get("temperature", 1.0)), task["db_path"])
+    model = chat_model(llm, temperature=task.get("temperature", 1.0))
+    graph = build_graph(model, task["db_path"], max_turns=task.get("max_turns", MAX_TURNS))
     state = await graph.ainvoke({"question": task["question"], "schema": schema(task["db_path"])})
     return 1.0 if execution_match(task["db_path"], state["query"], task["query"]) else 0.0
 

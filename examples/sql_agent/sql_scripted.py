@@ -3,7 +3,9 @@
 It knows the shipped benchmark's gold queries by question. The writer gets every other question
 wrong on purpose (a misspelt table), so the loop runs: the query fails, the checker says so, the
 rewriter answers with the gold query, and the checker passes it. :func:`script` without mistakes
-writes the gold query at once (demonstrations for the warm start).
+writes the gold query at once; with ``doubts`` its checker doubts every other right query, so the
+rewriter answers too (the warm start's demonstrations of both trained roles: with SmolLM2 as the
+checker, which is never trained, most queries are rewritten, right or not).
 """
 
 from __future__ import annotations
@@ -31,17 +33,24 @@ def _misspelt(query: str) -> str:
     return re.sub(r"\bFROM (\w+)", r"FROM \1s", query, count=1)
 
 
-def script(*, mistakes: bool) -> Script:
-    """The three roles, played from the gold queries; ``mistakes``: the writer errs on every other question."""
+def script(*, mistakes: bool, doubts: bool = False) -> Script:
+    """The three roles, played from the gold queries.
+
+    ``mistakes``: the writer errs on every other question. ``doubts``: the checker never passes the
+    other questions' queries (so they are rewritten ``MAX_TURNS`` times, each time to the gold query).
+    """
 
     def reply(request: ScriptRequest) -> Reply | str:
-        gold = _gold().get(_question(request.last_user), "SELECT 1")
+        question = _question(request.last_user)
+        gold = _gold().get(question, "SELECT 1")
+        odd = zlib.crc32(question.encode()) % 2 == 0
         if "You write SQLite" in request.system:
-            wrong = mistakes and zlib.crc32(request.last_user.encode()) % 2 == 0
-            return f"```sql\n{_misspelt(gold) if wrong else gold}\n```"
+            return f"```sql\n{_misspelt(gold) if mistakes and odd else gold}\n```"
         if "You check SQLite" in request.system:
             result = request.last_user.rsplit("Result:\n", 1)[-1]
-            return f"The query fails: {result}" if result.startswith("Error") else "THE QUERY IS CORRECT"
+            if result.startswith("Error"):
+                return f"The query fails: {result}"
+            return "The query may miss a condition of the question." if doubts and not odd else "THE QUERY IS CORRECT"
         if "You fix SQLite" in request.system:
             return f"```sql\n{gold}\n```"
         return "I can only write SQL."

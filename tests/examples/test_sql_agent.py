@@ -13,6 +13,7 @@ from sql_scripted import script
 
 from relight.models import SpanKind
 from relight.testing.examples import example_file, run_example
+from relight.testing.upstream import Reply, ScriptRequest
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -31,6 +32,24 @@ async def test_the_loop_rewrites_a_failing_query_and_only_write_and_rewrite_are_
     tools = run.tools()
     assert len(tools) == 8 + rewrites
     assert {(name, ok) for name, _, ok in tools} == {("execute_query", True)}
+
+
+async def test_a_rewrite_without_sql_keeps_the_query_and_the_last_rewrite_is_not_checked(dev) -> None:
+    """What SmolLM2 does as checker and rewriter once the writer's format is learnt: doubts, then an empty block."""
+    writer = script(mistakes=False)
+
+    def model(request: ScriptRequest) -> str | Reply:
+        if "You fix SQLite" in request.system:
+            return "```"
+        if "You check SQLite" in request.system:
+            return "```sql"
+        return writer(request)
+
+    tasks = [{**task, "max_turns": 1} for task in sql_data.load("dev")[:2]]
+    run = await dev(sql_agent.answer, tasks, model, roles=sql_agent.TRAINED_ROLES)
+    assert run.rewards == [1.0, 1.0], "the writer's right query stands"
+    assert sorted(run.roles(SpanKind.ROLE)) == sorted(["write_query", "check_query", "rewrite_query"] * 2)
+    assert len(run.tools()) == 4, "both queries of each question ran"
 
 
 async def test_a_query_that_returns_other_rows_earns_nothing(dev) -> None:
