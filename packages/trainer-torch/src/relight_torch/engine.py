@@ -47,8 +47,10 @@ from relight.engine import EngineRequestError, Generation, GenerationRequest, Sa
 from relight_torch.chat import render
 from relight_torch.constrain import Decoding, first_call_forced, parses_tool_calls
 from relight_torch.models import model_name
+from relight_torch.prefix_cache import PrefixCache
 from relight_torch.running_batch import RunningBatch
 from relight_torch.toolcalls import parse_tool_calls
+from relight_torch.weights_gate import WeightsGate
 
 __all__ = ["Sampled", "TorchEngine"]
 
@@ -110,6 +112,8 @@ class TorchEngine:
             (:func:`relight_torch.constrain.first_call_forced`): for a model that never picks a tool by
             itself, driven by a framework that always leaves the choice to the model. The logprobs
             recorded stay the model's own, as for any forced call.
+        prefix_cache_tokens: Tokens of finished sequences whose keys and values are kept for later prompts
+            that start the same way (:mod:`relight_torch.prefix_cache`); 0 turns it off.
     """
 
     def __init__(
@@ -123,6 +127,7 @@ class TorchEngine:
         seed: int = 0,
         default_max_tokens: int | None = None,
         force_first_tool_call: bool = False,
+        prefix_cache_tokens: int = 8192,
     ) -> None:
         if tokenizer.pad_token_id is None and tokenizer.eos_token_id is None:
             raise ValueError("the tokenizer has neither a pad nor an eos token; set tokenizer.pad_token")
@@ -142,7 +147,9 @@ class TorchEngine:
         self.decoding = Decoding(tokenizer, model.config.vocab_size, self._eos_ids)
         self.generator = torch.Generator().manual_seed(seed)
         """Samples for requests that bring no seed; checkpoints keep its state."""
-        self._weights = _Gate()
+        self._weights = WeightsGate()
+        self.prefixes = PrefixCache(prefix_cache_tokens)
+        """Keys and values of finished sequences, for prompts that extend them; its ``hits`` count the reuses."""
         self._queue: queue.SimpleQueue[_Row | None] = queue.SimpleQueue()
         self._worker: threading.Thread | None = None
         self._start_lock = threading.Lock()
@@ -338,12 +345,13 @@ class TorchEngine:
         Queued requests join at each step (see :mod:`relight_torch.running_batch`); a row's caller gets its
         result as soon as the row finishes. ``in_flight`` is kept up to date, for failing what is left.
         """
-        batch = RunningBatch(self.model, self.pad_id)
+        batch = RunningBatch(self.model, self.pad_id, self.prefixes)
         active: list[_Row] = []
         version: int | None = None
         tokens = torch.empty(0, dtype=torch.long)
         while True:
             with self._weights.step():
+                self.prefixes.use(self.policy_version)
                 joining = in_flight[len(active) :]
                 if version != self.policy_version:  # new weights: every row again, from its tokens so far
                     version, active = self.policy_version, in_flight[:]
@@ -366,6 +374,7 @@ class TorchEngine:
                 if self._extend(row, token, logprob):
                     keep.append(i)
                 else:
+                    batch.remember(i, row.prompt_ids + row.response_ids)
                     self._finish(row)
             if not keep:
                 return
@@ -422,44 +431,6 @@ class TorchEngine:
 
     def _decode(self, ids: list[int]) -> str:
         return str(self.tokenizer.decode(ids, skip_special_tokens=True))
-
-
-class _Gate:
-    """The weights lock. Generation steps take it one at a time; an update waiting for it goes before the next
-    step, so a long generation cannot hold an update back by re-taking the lock first."""
-
-    def __init__(self) -> None:
-        self.condition = threading.Condition()
-        self.updates_waiting = 0
-        self._held = False
-
-    @contextmanager
-    def step(self) -> Iterator[None]:
-        with self.condition:
-            self.condition.wait_for(lambda: not self._held and self.updates_waiting == 0)
-            self._held = True
-        try:
-            yield
-        finally:
-            self._release()
-
-    @contextmanager
-    def update(self) -> Iterator[None]:
-        with self.condition:
-            self.updates_waiting += 1
-            self.condition.notify_all()
-            self.condition.wait_for(lambda: not self._held)
-            self._held = True
-            self.updates_waiting -= 1
-        try:
-            yield
-        finally:
-            self._release()
-
-    def _release(self) -> None:
-        with self.condition:
-            self._held = False
-            self.condition.notify_all()
 
 
 def _note_top_logprobs(logits: torch.Tensor, rows: Sequence[_Row]) -> None:

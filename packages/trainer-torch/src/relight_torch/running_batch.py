@@ -8,7 +8,9 @@ arithmetic). So a sequence that arrives joins the batch at the next step (contin
 prompt is prefilled alone, and its cache is merged with the running one, both left-padded to the same
 length. Padding is masked and each row's positions count only its own tokens, so every row gets the
 logits it would get alone (the engine's tests compare them with a fresh forward pass). Rows prefilled
-together that share a long prompt start compute it once (:meth:`RunningBatch._prefill`).
+together that share a long prompt start compute it once (:meth:`RunningBatch._prefill`), and a row
+whose prompt starts like a sequence the batch finished earlier reuses its keys and values
+(:mod:`relight_torch.prefix_cache`): only the rest runs.
 
 The cache is transformers' :class:`~transformers.DynamicCache` built without a config: one plain
 :class:`~transformers.cache_utils.DynamicLayer` (keys and values shaped ``[rows, heads, length, dim]``)
@@ -22,7 +24,8 @@ from collections.abc import Sequence
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from relight_torch.packing import forward_sharing, left_pad, shared_prefix
+from relight_torch.packing import forward_sharing, left_pad, positions, shared_prefix
+from relight_torch.prefix_cache import Prefix, PrefixCache
 
 __all__ = ["RunningBatch"]
 
@@ -34,9 +37,10 @@ class RunningBatch:
     ran, in row order; the caller samples from them and says which rows go on (:meth:`keep`).
     """
 
-    def __init__(self, model: PreTrainedModel, pad_id: int) -> None:
+    def __init__(self, model: PreTrainedModel, pad_id: int, prefixes: PrefixCache | None = None) -> None:
         self.model = model
         self.pad_id = pad_id
+        self.prefixes = prefixes
         self.device = model.device
         self.cache = DynamicCache()
         self.mask = torch.empty(0, 0, dtype=torch.long, device=self.device)
@@ -49,6 +53,14 @@ class RunningBatch:
         """Start over with ``sequences`` (a new batch, or every row again under new weights)."""
         self.cache, self.mask, self.next_position, logits = self._prefill(sequences)
         return logits
+
+    def remember(self, index: int, tokens: Sequence[int]) -> None:
+        """Keep row ``index``'s keys and values in the prefix cache; ``tokens`` starts with those it was fed."""
+        if self.prefixes is not None and self.prefixes.max_tokens:
+            real = self.mask[index].bool()
+            keys = [layer.keys[index][:, real] for layer in self.cache.layers]
+            values = [layer.values[index][:, real] for layer in self.cache.layers]
+            self.prefixes.add(tokens[: int(real.sum())], keys, values)
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         """Feed each row its last sampled token (one per row)."""
@@ -97,10 +109,45 @@ class RunningBatch:
         each row sees what it would see alone). On a CPU the prompt's forward pass is most of a
         call's cost, and a batch of 32 calls of the same agent costs about one prompt plus 32 rests.
         """
+        found = [self.prefixes.longest(s) for s in sequences] if self.prefixes else []
+        if any(found):
+            return self._prefill_after(sequences, found)
         cache = DynamicCache()
         shared = shared_prefix(sequences)
         input_ids, mask = left_pad(sequences, pad_id=self.pad_id, device=self.device, shared=shared)
         output = forward_sharing(self.model, input_ids, mask, shared=shared, cache=cache, logits_to_keep=1)
+        return cache, mask, mask.sum(-1), output.logits[:, -1].float()
+
+    def _prefill_after(
+        self, sequences: Sequence[Sequence[int]], found: Sequence[Prefix | None]
+    ) -> tuple[DynamicCache, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:meth:`_prefill` for rows some of which start with kept keys and values: only the rest runs.
+
+        Row ``i`` is laid out ``pads, its kept start, pads, its rest`` (the starts left-padded to the
+        longest, then the rests), the kept starts fed as the cache the forward pass extends.
+        """
+        lengths = [prefix.length if prefix else 0 for prefix in found]
+        width = max(lengths)
+        input_ids, rest_mask = left_pad([s[n:] for s, n in zip(sequences, lengths, strict=True)], pad_id=self.pad_id)
+        start_mask = torch.tensor([[0] * (width - n) + [1] * n for n in lengths], dtype=torch.long)
+        mask = torch.cat([start_mask, rest_mask], dim=1).to(self.device)
+        template = next(prefix for prefix in found if prefix)
+        cache = DynamicCache()
+        for layer, (keys, values) in enumerate(zip(template.keys, template.values, strict=True)):
+            empty_keys, empty_values = keys[:, :0], values[:, :0]
+            cache.update(
+                torch.stack([_pad_left(p.keys[layer] if p else empty_keys, width, dim=1) for p in found]),
+                torch.stack([_pad_left(p.values[layer] if p else empty_values, width, dim=1) for p in found]),
+                layer,
+            )
+        output = self.model(
+            input_ids=input_ids.to(self.device),
+            attention_mask=mask,
+            position_ids=positions(mask)[:, width:],
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
         return cache, mask, mask.sum(-1), output.logits[:, -1].float()
 
 
