@@ -1,0 +1,137 @@
+"""How fast relight-torch's engine answers an agent's calls on the real model: calc-like rollouts on SmolLM2-135M.
+
+Each of ``--agents`` concurrent agents plays one problem of the calc scenario's data
+(examples/calc_agent): its first call is the system prompt, the calculator's definition and the
+question (~260 tokens in SmolLM2's real chat template), and each later call adds the chain's
+calculator call and result to the conversation, as the agent's tool loop does. Every call samples
+up to 24 tokens at temperature 1 straight from the engine (no gateway, no HTTP), and the agent
+sends its next call when the reply comes. So requests reach the running batch one by one, which is
+where the engine's costs are: a joiner's prompt, the decoding steps of a batch that rows keep
+entering and leaving.
+
+Columns: generated tokens/s, calls/s, CPU seconds per call (this process), mean rows per decoding
+step, and the prompt tokens the prefix cache served (``reused``) against those run (``prefilled``).
+``--modes`` compares the prefix cache on (``cache``) and off (``nocache``).
+
+    python benchmarks/engine_calls.py            # a table
+    python benchmarks/engine_calls.py --json     # one JSON object per line
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from relight.engine import GenerationRequest, SamplingParams
+from relight_torch.engine import TorchEngine
+from relight_torch.models import smollm2
+
+DATA = Path(__file__).resolve().parent.parent / "examples" / "calc_agent" / "data" / "train.jsonl"
+SYSTEM = (
+    "You solve math word problems. Call the calculator for every arithmetic step. "
+    "When you know the result, reply with 'Answer: <number>' and nothing else."
+)
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "calculator",
+            "description": "Evaluate an arithmetic expression with + - * / and parentheses, e.g. '12 * (3 + 4)'.",
+            "parameters": {
+                "type": "object",
+                "properties": {"expression": {"type": "string"}},
+                "required": ["expression"],
+            },
+        },
+    }
+]
+_STEP = re.compile(r'<gadget id="calculator">(.*?)</gadget><output>(.*?)</output>')
+
+
+def conversations(count: int) -> list[list[list[dict[str, Any]]]]:
+    """Each problem's calls: the messages of the first, then of one more per calculator step of its chain."""
+    problems = [json.loads(line) for line in DATA.read_text().splitlines()[:count]]
+    chains: list[list[list[dict[str, Any]]]] = []
+    for problem in problems:
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": problem["question"]},
+        ]
+        calls = [list(messages)]
+        for number, (expression, output) in enumerate(_STEP.findall(problem["chain"])):
+            call = {"id": f"call_{number}", "type": "function", "function": {"name": "calculator"}}
+            call["function"]["arguments"] = json.dumps({"expression": expression})
+            messages += [
+                {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": f"call_{number}", "content": output},
+            ]
+            calls.append(list(messages))
+        chains.append(calls)
+    return chains
+
+
+async def measure(mode: str, agents: int) -> dict[str, Any]:
+    engine = TorchEngine.from_pretrained(smollm2(), seed=0, prefix_cache_tokens=8192 if mode == "cache" else 0)
+    chains = [[engine.prompt_ids(GenerationRequest(messages=m, tools=TOOLS)) for m in c] for c in conversations(agents)]
+    tokens = prompt_tokens = 0
+
+    async def agent(chain: list[list[int]], seed: int) -> None:
+        nonlocal tokens, prompt_tokens
+        for prompt in chain:
+            sampled = await asyncio.wrap_future(engine.submit(prompt, SamplingParams(max_tokens=24, seed=seed)))
+            tokens, prompt_tokens = tokens + len(sampled.response_ids), prompt_tokens + len(prompt)
+
+    with engine:
+        await asyncio.wrap_future(engine.submit(chains[0][0], SamplingParams(max_tokens=2)))  # warm up
+        steps, rows, reused = engine.steps, engine.tokens, engine.prefixes.reused_tokens
+        began, cpu = time.perf_counter(), time.process_time()
+        await asyncio.gather(*(agent(chain, seed) for seed, chain in enumerate(chains)))
+        wall, cpu = time.perf_counter() - began, time.process_time() - cpu
+        steps, rows, reused = engine.steps - steps, engine.tokens - rows, engine.prefixes.reused_tokens - reused
+    calls = sum(len(chain) for chain in chains)
+    return {
+        "benchmark": "engine_calls",
+        "mode": mode,
+        "agents": agents,
+        "calls": calls,
+        "tokens": tokens,
+        "wall_s": round(wall, 2),
+        "tokens_per_s": round(tokens / wall, 1),
+        "calls_per_s": round(calls / wall, 2),
+        "cpu_s_per_call": round(cpu / calls, 3),
+        "rows_per_step": round(rows / max(steps, 1), 1),
+        "reused": reused,
+        "prefilled": prompt_tokens - reused,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--agents", type=int, default=24)
+    parser.add_argument("--modes", nargs="+", default=["cache", "nocache"], choices=["cache", "nocache"])
+    parser.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
+    args = parser.parse_args()
+    results = [asyncio.run(measure(mode, args.agents)) for mode in args.modes]
+    if args.json:
+        for result in results:
+            print(json.dumps(result))
+        return
+    table = Table(title=f"engine_calls: {args.agents} calc-like agents on SmolLM2-135M")
+    columns = ["mode", "calls", "wall_s", "tokens_per_s", "calls_per_s", "cpu_s_per_call", "rows_per_step"]
+    for column in [*columns, "reused", "prefilled"]:
+        table.add_column(column)
+    for result in results:
+        table.add_row(*(str(result[column]) for column in [*columns, "reused", "prefilled"]))
+    Console().print(table)
+
+
+if __name__ == "__main__":
+    main()
