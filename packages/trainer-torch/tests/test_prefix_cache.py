@@ -37,6 +37,12 @@ def test_an_agents_next_call_computes_only_its_new_tokens_and_its_logprobs_stay_
         pass
     engine.submit(follow, SamplingParams(max_tokens=2)).result(timeout=120)
     assert engine.prefixes.hits == 1
+    engine.submit(follow, SamplingParams(max_tokens=2)).result(timeout=120)
+    assert engine.prefixes.hits == 2
+    with torch.no_grad():  # weights changed behind the engine's back (a checkpoint loaded): no reuse either
+        engine.model.load_state_dict(engine.model.state_dict())
+    engine.submit(follow, SamplingParams(max_tokens=2)).result(timeout=120)
+    assert engine.prefixes.hits == 2
 
 
 def test_rows_with_and_without_a_kept_start_prefill_together_exactly(engine: TorchEngine) -> None:
@@ -57,7 +63,7 @@ def test_rows_with_and_without_a_kept_start_prefill_together_exactly(engine: Tor
             assert torch.allclose(logits[row], alone, atol=1e-4, rtol=0)
         # A decoding step after it: the kept start's keys and values are part of the row's cache.
         step = batch.step(torch.tensor([5, 6]))
-        for row, ids in enumerate([unrelated + [5], longer + [6]]):
+        for row, ids in enumerate([[*unrelated, 5], [*longer, 6]]):
             alone = engine.model(input_ids=torch.tensor([ids])).logits[0, -1]
             assert torch.allclose(step[row], alone, atol=1e-4, rtol=0)
 

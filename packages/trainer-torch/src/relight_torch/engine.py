@@ -351,7 +351,7 @@ class TorchEngine:
         tokens = torch.empty(0, dtype=torch.long)
         while True:
             with self._weights.step():
-                self.prefixes.use(self.policy_version)
+                self.prefixes.use((self.policy_version, sum(p._version for p in self.model.parameters())))
                 joining = in_flight[len(active) :]
                 if version != self.policy_version:  # new weights: every row again, from its tokens so far
                     version, active = self.policy_version, in_flight[:]

@@ -10,8 +10,10 @@ values (prompt and reply) lets the next call compute only what is new (~30-60 to
 Keys and values depend only on the tokens before them, so any common leading run of tokens can reuse
 them, whatever the batch they were computed in (padding is masked; positions count real tokens).
 They belong to the weights that made them: :meth:`PrefixCache.use` empties the cache when the
-policy version changes. The cache holds at most ``max_tokens`` tokens (least recently used go
-first); a sequence that extends a kept one replaces it.
+weights change (the engine passes its policy version and the parameters' in-place change counters,
+so a checkpoint loaded or weights copied in without a new version are caught too). The cache holds
+at most ``max_tokens`` tokens (least recently used go first); a sequence that extends a kept one
+replaces it.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ class PrefixCache:
         if max_tokens < 0:
             raise ValueError(f"prefix_cache_tokens must be >= 0, got {max_tokens}")
         self.max_tokens = max_tokens
-        self.version: int | None = None
+        self.version: object = None
         self._entries: OrderedDict[int, _Entry] = OrderedDict()
         self._next = 0
         self._tokens = 0
@@ -60,8 +62,8 @@ class PrefixCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def use(self, version: int) -> None:
-        """Serve ``version``'s weights: what other weights computed is dropped."""
+    def use(self, version: object) -> None:
+        """Serve the weights ``version`` stands for: what other weights computed is dropped."""
         if version != self.version:
             self._entries.clear()
             self._tokens, self.version = 0, version
