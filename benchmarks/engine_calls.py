@@ -80,7 +80,9 @@ def conversations(count: int) -> list[list[list[dict[str, Any]]]]:
 
 async def measure(mode: str, agents: int) -> dict[str, Any]:
     engine = TorchEngine.from_pretrained(smollm2(), seed=0, prefix_cache_tokens=8192 if mode == "cache" else 0)
-    chains = [[engine.prompt_ids(GenerationRequest(messages=m, tools=TOOLS)) for m in c] for c in conversations(agents)]
+    played = conversations(agents)
+    requests = [[GenerationRequest(model=engine.name, messages=m, tools=TOOLS) for m in c] for c in played]
+    chains = [[engine.prompt_ids(request) for request in chain] for chain in requests]
     tokens = prompt_tokens = 0
 
     async def agent(chain: list[list[int]], seed: int) -> None:
