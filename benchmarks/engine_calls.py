@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import json
 import re
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -34,17 +35,17 @@ from relight.engine import GenerationRequest, SamplingParams
 from relight_torch.engine import TorchEngine
 from relight_torch.models import smollm2
 
-DATA = Path(__file__).resolve().parent.parent / "examples" / "calc_agent" / "data" / "train.jsonl"
-SYSTEM = (
-    "You solve math word problems. Call the calculator for every arithmetic step. "
-    "When you know the result, reply with 'Answer: <number>' and nothing else."
-)
+CALC = Path(__file__).resolve().parent.parent / "examples" / "calc_agent"
+sys.path.insert(0, str(CALC))
+from calc_agent import SYSTEM_PROMPT, calculator  # noqa: E402  (the example's own prompt and tool)
+
+DATA = CALC / "data" / "train.jsonl"
 TOOLS = [
     {
         "type": "function",
         "function": {
-            "name": "calculator",
-            "description": "Evaluate an arithmetic expression with + - * / and parentheses, e.g. '12 * (3 + 4)'.",
+            "name": calculator.__name__,
+            "description": calculator.__doc__,
             "parameters": {
                 "type": "object",
                 "properties": {"expression": {"type": "string"}},
@@ -62,7 +63,7 @@ def conversations(count: int) -> list[list[list[dict[str, Any]]]]:
     chains: list[list[list[dict[str, Any]]]] = []
     for problem in problems:
         messages: list[dict[str, Any]] = [
-            {"role": "system", "content": SYSTEM},
+            {"role": "system", "content": SYSTEM_PROMPT},
             {"role": "user", "content": problem["question"]},
         ]
         calls = [list(messages)]
