@@ -43,14 +43,14 @@ def script(*, mistakes: bool, doubts: bool = False) -> Script:
     def reply(request: ScriptRequest) -> Reply | str:
         question = _question(request.last_user)
         gold = _gold().get(question, "SELECT 1")
-        odd = zlib.crc32(question.encode()) % 2 == 0
+        half = zlib.crc32(question.encode()) % 2 == 0  # every other question
         if "You write SQLite" in request.system:
-            return f"```sql\n{_misspelt(gold) if mistakes and odd else gold}\n```"
+            return f"```sql\n{_misspelt(gold) if mistakes and half else gold}\n```"
         if "You check SQLite" in request.system:
             result = request.last_user.rsplit("Result:\n", 1)[-1]
             if result.startswith("Error"):
                 return f"The query fails: {result}"
-            return "The query may miss a condition of the question." if doubts and not odd else "THE QUERY IS CORRECT"
+            return "The query may miss a condition of the question." if doubts and not half else "THE QUERY IS CORRECT"
         if "You fix SQLite" in request.system:
             return f"```sql\n{gold}\n```"
         return "I can only write SQL."
