@@ -8,12 +8,22 @@ OUT ?= runs/demo-$(shell date +%Y%m%d-%H%M%S)
 
 .PHONY: install test lint demo clean
 
+# The package registries here drop long downloads now and then (a 55 MB wheel cut at 34 MB failed CI once):
+# let pip retry and resume a cut download instead of failing the whole install.
+export PIP_RETRIES ?= 10
+export PIP_RESUME_RETRIES ?= 10
+export PIP_TIMEOUT ?= 60
+
 $(STAMP): constraints.txt requirements-dev.txt $(wildcard packages/*/pyproject.toml)
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# torch first, pinned, so pip takes the CPU build instead of pulling a CUDA one.
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -c constraints.txt -r requirements-dev.txt $(foreach p,$(PACKAGES),-e $(p))
+	# Three tries: a download that stalls for good is started afresh by the next one.
+	for try in 1 2 3; do \
+	    $(PY) -m pip install -q -c constraints.txt -r requirements-dev.txt $(foreach p,$(PACKAGES),-e $(p)) && break; \
+	    test $$try != 3 || exit 1; echo "pip install failed (try $$try of 3); trying again"; \
+	done
 	touch $(STAMP)
 
 install: $(STAMP)
