@@ -20,6 +20,12 @@
   runner processes are not sampled). ``cpu_ms_per_rollout`` is the trainer process's CPU time over
   both steps per rollout (the fake model's included): like the gateway's CPU per call, it moves
   little with the machine's load, so it is the figure to compare on a busy machine.
+- ``agent_alone``: the async agent's three calls with its official ``openai`` client straight to the
+  instant upstream, nothing of relight around them. Its CPU per rollout is a floor under the loop's
+  in one process; ``ceiling_rollouts_per_s`` is what that floor allows.
+
+Every part runs on relight's event loop (:mod:`relight._loop`: uvloop where installed; set
+``RELIGHT_UVLOOP=0`` to compare with asyncio's).
 
     python benchmarks/gateway_overhead.py            # a table
     python benchmarks/gateway_overhead.py --json     # one JSON object per line
@@ -42,7 +48,8 @@ from pydantic import JsonValue
 from rich.console import Console
 from rich.table import Table
 
-from relight import Trainer
+from relight import Trainer, _loop
+from relight.agent import LLM
 from relight.gateway import Gateway
 from relight.models import RolloutRequest
 from relight.stores.memory import InMemoryStore
@@ -139,6 +146,35 @@ async def loop(rollouts: int, concurrency: int, agent_kind: str, runners: int) -
     }
 
 
+async def agent_alone(rollouts: int, concurrency: int) -> dict[str, Any]:
+    """The async agent of ``loop`` with nothing of relight around it: its official ``openai`` client
+    calls the instant upstream directly. Its CPU per rollout (this thread's: the client and the event
+    loop it runs on) is a floor under the loop's: one process, which runs Python on one core at a
+    time, turns over at most ``ceiling_rollouts_per_s`` = 1000 / that many rollouts per second."""
+    with ScriptedUpstream.instant() as upstream:
+        llm = LLM(base_url=upstream.base_url, api_key="unused", model="scripted")
+        slots = asyncio.Semaphore(concurrency)
+
+        async def one(index: int) -> None:
+            async with slots:
+                await three_calls_async({"text": f"task-{index}"}, llm)
+
+        await asyncio.gather(*(one(index) for index in range(concurrency)))  # warm-up: imports, caches
+        cpu_began, began = time.thread_time(), time.perf_counter()
+        await asyncio.gather(*(one(index) for index in range(rollouts)))
+        cpu, seconds = time.thread_time() - cpu_began, time.perf_counter() - began
+    cpu_ms = cpu / rollouts * 1e3
+    return {
+        "benchmark": "agent_alone",
+        "rollouts": rollouts,
+        "concurrency": concurrency,
+        "rollouts_per_s": rollouts / seconds,
+        "cpu_ms_per_rollout": cpu_ms,
+        "cpu_ms_per_call": cpu_ms / CALLS,
+        "ceiling_rollouts_per_s": 1e3 / cpu_ms,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=1000, help="timed calls per path (default 1000)")
@@ -151,11 +187,13 @@ def main() -> None:
     results: list[dict[str, Any]] = []
     for stream, reply in ((False, "ok"), (True, "ok"), (True, LONG_REPLY)):
         with console.status(f"latency, stream={stream}, {len(reply)} characters…"):
-            results.append(asyncio.run(latency(args.calls, stream, reply)))
+            results.append(_loop.run(latency(args.calls, stream, reply)))
+    with console.status("the agent alone, straight to the upstream…"):
+        results.append(_loop.run(agent_alone(args.rollouts, args.concurrency)))
     for agent_kind, runners in (("async", 1), ("sync", 1), ("sync", 2)):
         with console.status(f"loop, {agent_kind} agent, {runners} runner process(es)…"):
             concurrency = args.concurrency // runners
-            results.append(asyncio.run(loop(args.rollouts, concurrency, agent_kind, runners)))
+            results.append(_loop.run(loop(args.rollouts, concurrency, agent_kind, runners)))
 
     if args.json:
         for result in results:
@@ -192,6 +230,12 @@ def main() -> None:
             str(int(r["failed"])),
         )
     console.print(table)
+    (alone,) = (r for r in results if r["benchmark"] == "agent_alone")
+    console.print(
+        f"the async agent alone (openai client straight to the upstream): {alone['cpu_ms_per_rollout']:.1f} ms CPU "
+        f"per rollout ({alone['cpu_ms_per_call']:.2f} ms per call), so at most "
+        f"{alone['ceiling_rollouts_per_s']:.0f} rollouts/s in one process; {alone['rollouts_per_s']:.0f}/s measured"
+    )
     loops = [r for r in results if r["benchmark"] == "loop"]
     table = Table(title="where the loop's CPU goes (share of busy samples)", title_justify="left")
     table.add_column("part")

@@ -17,6 +17,8 @@ from typing import Any, Self, TypeVar
 
 import uvicorn
 
+from relight import _loop
+
 __all__ = ["CLIENT_KEEP_ALIVE_SECONDS", "SERVER_KEEP_ALIVE_SECONDS", "AsgiServer"]
 
 T = TypeVar("T")
@@ -87,7 +89,7 @@ class AsgiServer:
         failure: list[BaseException] = []
 
         def serve() -> None:
-            loop = asyncio.new_event_loop()
+            loop = _loop.new_event_loop()
             self._thread_loop = loop
             try:
                 loop.run_until_complete(self.start())

@@ -34,7 +34,7 @@ from typing import Any, cast
 
 import httpx
 
-from relight import tracing
+from relight import _loop, tracing
 from relight._retry import RetryPolicy, retry_async
 from relight._server import CLIENT_KEEP_ALIVE_SECONDS
 from relight._threads import AgentThreads
@@ -387,7 +387,7 @@ def run_runner_process(agent: Agent, store_url: str, options: Mapping[str, Any])
         finally:
             await store.close()
 
-    asyncio.run(main())
+    _loop.run(main())
 
 
 class RunnerProcesses:

@@ -30,6 +30,7 @@ from typing import Any, TypedDict
 from pydantic import JsonValue
 from rich.console import Console
 
+from relight import _loop
 from relight._server import AsgiServer
 from relight.agent import Agent
 from relight.algorithm import Algorithm, UpstreamTarget
@@ -180,7 +181,7 @@ class Trainer:
 
         ``dashboard=True`` serves ``relight dashboard`` of the run's store while it trains and prints its URL.
         """
-        return asyncio.run(self.afit(agent, train_dataset, val_dataset, dashboard=dashboard))
+        return _loop.run(self.afit(agent, train_dataset, val_dataset, dashboard=dashboard))
 
     async def afit(
         self,
@@ -330,7 +331,7 @@ class Trainer:
         vllm: bool | None = None,
     ) -> list[DevResult]:
         """Run each task once against ``base_url`` (or the algorithm's policy) and print what happened."""
-        return asyncio.run(self.adev(agent, dataset, base_url=base_url, model=model, api_key=api_key, vllm=vllm))
+        return _loop.run(self.adev(agent, dataset, base_url=base_url, model=model, api_key=api_key, vllm=vllm))
 
     async def adev(
         self,

@@ -241,7 +241,7 @@ class Gateway(AsgiServer):
         finally:
             self._leave()
         self._record(exchange)
-        shaped = for_client(answer, body, exchange.response_id)
+        shaped = ForClient(body, exchange.response_id)(answer)
         assert shaped is not None
         return shaped
 
@@ -265,10 +265,11 @@ class Gateway(AsgiServer):
         try:
             with self.pool.use(session.rollout_id) as upstream:
                 exchange.upstream = upstream.name
+                for_client = ForClient(body, exchange.response_id)
                 try:
                     async for chunk in upstream.stream(endpoint, body):
                         exchange.add(chunk)
-                        shaped = for_client(chunk, body, exchange.response_id)
+                        shaped = for_client(chunk)
                         if shaped is not None:
                             yield shaped
                 except (UpstreamError, LookupError, TypeError, ValueError) as error:
@@ -400,34 +401,36 @@ def validate_request(endpoint: Endpoint, body: Json) -> None:
     check_sampling(body)
 
 
-def for_client(answer: Json, request: Json, response_id: str) -> Json | None:
-    """The answer as the client should see it: the minted id, without fields it did not ask for.
+class ForClient:
+    """Shapes answers as the client should see them: the minted id, without fields it did not ask for.
 
-    Returns None for a chunk the client should not get (streamed usage it did not ask for).
+    What to keep is decided once per call from its request, not again for each of a stream's chunks.
     """
-    choices: list[Json] = answer.get("choices") or []
-    stream_options: Json = request.get("stream_options") or {}
-    wants_usage = not request.get("stream") or bool(stream_options.get("include_usage"))
-    if not choices and not wants_usage:
-        return None
-    hidden = (
-        ("policy_version", "policy_version_segments")
-        if wants_usage
-        else ("policy_version", "policy_version_segments", "usage")
-    )
-    shaped = {key: value for key, value in answer.items() if key not in hidden}
-    shaped["id"] = response_id
-    keep_ids = bool(request.get("return_token_ids"))
-    wants_logprobs = request.get("logprobs") not in (None, False)
-    if not keep_ids:
-        shaped.pop("prompt_token_ids", None)
-    if not (keep_ids and wants_logprobs):
-        shaped["choices"] = [_strip_choice(choice, keep_ids, wants_logprobs) for choice in choices]
-    return shaped
 
+    def __init__(self, request: Json, response_id: str) -> None:
+        stream_options: Json = request.get("stream_options") or {}
+        self.response_id = response_id
+        self.wants_usage = not request.get("stream") or bool(stream_options.get("include_usage"))
+        self.hidden = ("policy_version", "policy_version_segments", *(() if self.wants_usage else ("usage",)))
+        self.keep_ids = bool(request.get("return_token_ids"))
+        self.keep_logprobs = request.get("logprobs") not in (None, False)
 
-def _strip_choice(choice: Json, keep_ids: bool, keep_logprobs: bool) -> Json:
-    stripped = {key: value for key, value in choice.items() if keep_ids or key not in _INJECTED_IDS}
-    if not keep_logprobs and "logprobs" in stripped:
-        stripped["logprobs"] = None
-    return stripped
+    def __call__(self, answer: Json) -> Json | None:
+        """The shaped answer, or None for a chunk the client should not get (streamed usage it did not ask for)."""
+        choices: list[Json] = answer.get("choices") or []
+        if not choices and not self.wants_usage:
+            return None
+        hidden = self.hidden
+        shaped = {key: value for key, value in answer.items() if key not in hidden}
+        shaped["id"] = self.response_id
+        if not self.keep_ids:
+            shaped.pop("prompt_token_ids", None)
+        if not (self.keep_ids and self.keep_logprobs):
+            shaped["choices"] = [self._strip(choice) for choice in choices]
+        return shaped
+
+    def _strip(self, choice: Json) -> Json:
+        stripped = {key: value for key, value in choice.items() if self.keep_ids or key not in _INJECTED_IDS}
+        if not self.keep_logprobs and "logprobs" in stripped:
+            stripped["logprobs"] = None
+        return stripped

@@ -25,6 +25,7 @@ from starlette.routing import Route
 
 from relight.gateway import _json, anthropic, responses
 from relight.gateway.errors import GatewayError, UpstreamError, error_body
+from relight.gateway.hot import ErrorHandler, HotRoutes
 from relight.gateway.record import TraceParent, random_hex
 from relight.gateway.sessions import attempt_of_request
 from relight.gateway.upstreams import Endpoint
@@ -40,7 +41,7 @@ SCOPES = ("/rollouts/{rollout_id}/attempts/{attempt_id}", "")
 """Route prefixes: by path, and at the root with the attempt named by the API key."""
 
 
-def create_app(gateway: Gateway) -> Starlette:
+def create_app(gateway: Gateway) -> HotRoutes:
     endpoints = (
         ("/relight/end", _end_attempt, "POST"),
         ("/v1/chat/completions", _chat, "POST"),
@@ -54,10 +55,10 @@ def create_app(gateway: Gateway) -> Starlette:
     routes = [
         Route(prefix + path, handler, methods=[method]) for prefix in SCOPES for path, handler, method in endpoints
     ]
-    handlers = {GatewayError: _gateway_error, HTTPException: _http_error, Exception: _internal_error}
-    app = Starlette(routes=routes, exception_handlers=handlers)
+    handlers: dict[type[Exception], ErrorHandler] = {GatewayError: _gateway_error, HTTPException: _http_error}
+    app = Starlette(routes=routes, exception_handlers={**handlers, Exception: _internal_error})
     app.state.gateway = gateway
-    return app
+    return HotRoutes(app, {"/v1/chat/completions": _chat, "/v1/completions": _completions}, handlers, _internal_error)
 
 
 def gateway_of(request: Request) -> Gateway:
