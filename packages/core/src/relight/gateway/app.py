@@ -280,4 +280,6 @@ async def _internal_error(request: Request, error: Exception) -> Response:
 
 async def _http_error(request: Request, error: Exception) -> Response:
     assert isinstance(error, HTTPException)
-    return json_response(error_body(error.status_code, str(error.detail)), error.status_code)
+    response = json_response(error_body(error.status_code, str(error.detail)), error.status_code)
+    response.headers.update(error.headers or {})  # a 405's Allow
+    return response
