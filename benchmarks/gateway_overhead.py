@@ -20,6 +20,11 @@
   runner processes are not sampled). ``cpu_ms_per_rollout`` is the trainer process's CPU time over
   both steps per rollout (the fake model's included): like the gateway's CPU per call, it moves
   little with the machine's load, so it is the figure to compare on a busy machine.
+- ``forwarder``: the same non-streamed calls through a bare forwarder in the gateway's place: an ASGI
+  app on the same server (uvicorn, relight's event loop) that passes the body to the upstream with the
+  gateway's HTTP client and returns the answer's bytes, and does nothing else (no attempt check, no
+  validation, no span). What it adds is what this stack costs on this machine before the gateway does
+  any work of its own: a floor under ``added_p50_ms``.
 - ``agent_alone``: the async agent's three calls with its official ``openai`` client straight to the
   instant upstream, nothing of relight around them. Its CPU per rollout is a floor under the loop's
   in one process; ``ceiling_rollouts_per_s`` is what that floor allows.
@@ -39,7 +44,7 @@ import io
 import json
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import httpx
@@ -49,8 +54,10 @@ from rich.console import Console
 from rich.table import Table
 
 from relight import Trainer, _loop
+from relight._server import AsgiServer
 from relight.agent import LLM
 from relight.gateway import Gateway
+from relight.gateway._http import HttpClient
 from relight.models import RolloutRequest
 from relight.stores.memory import InMemoryStore
 from relight.testing.agents import CALLS, three_calls, three_calls_async
@@ -85,6 +92,50 @@ def _time_calls(direct_url: str, gateway_url: str, calls: int, stream: bool) -> 
     return direct, through
 
 
+def bare_forwarder(upstream_url: str) -> tuple[Callable[..., Awaitable[None]], HttpClient]:
+    """An ASGI app that forwards each request's body to ``upstream_url`` and answers with the reply's bytes."""
+    client = HttpClient(upstream_url)
+
+    async def app(scope: dict[str, Any], receive: Callable[[], Awaitable[dict[str, Any]]], send: Any) -> None:
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        response = await client.request("POST", "/chat/completions", body, content_type="application/json")
+        content = await response.read()
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": content})
+
+    return app, client
+
+
+async def forwarder(calls: int) -> dict[str, Any]:
+    """``latency``'s non-streamed calls with :func:`bare_forwarder` in the gateway's place."""
+    with ScriptedUpstream.instant() as upstream:
+        app, client = bare_forwarder(upstream.base_url)
+        async with AsgiServer(app) as server:
+            cpu_began = time.thread_time()
+            direct, through = await asyncio.to_thread(_time_calls, upstream.base_url, server.url, calls, False)
+            cpu = time.thread_time() - cpu_began
+        await client.aclose()
+    result: dict[str, Any] = {"benchmark": "forwarder", "calls": calls, **_added(direct, through, "forwarder")}
+    result["forwarder_cpu_ms_per_call"] = cpu / (calls + 50) * 1e3
+    return result
+
+
+def _added(direct: list[float], through: list[float], via: str) -> dict[str, float]:
+    """Percentiles of both paths (``direct_p50_ms``, ``{via}_p50_ms``…) and what ``via`` adds to them."""
+    result: dict[str, float] = {}
+    for name, fraction in (("p50", 0.5), ("p99", 0.99)):
+        result[f"direct_{name}_ms"] = _percentile(direct, fraction) * 1e3
+        result[f"{via}_{name}_ms"] = _percentile(through, fraction) * 1e3
+        result[f"added_{name}_ms"] = result[f"{via}_{name}_ms"] - result[f"direct_{name}_ms"]
+    result["added_mean_ms"] = (statistics.fmean(through) - statistics.fmean(direct)) * 1e3
+    return result
+
+
 async def latency(calls: int, stream: bool, reply: str = "ok") -> dict[str, Any]:
     store = InMemoryStore()
     await store.enqueue([RolloutRequest(input="bench")])
@@ -100,11 +151,7 @@ async def latency(calls: int, stream: bool, reply: str = "ok") -> dict[str, Any]
             cpu = time.thread_time() - cpu_began
     assert (await store.stats()).spans == calls + 50
     result: dict[str, Any] = {"benchmark": "latency", "stream": stream, "reply_chars": len(reply), "calls": calls}
-    for name, fraction in (("p50", 0.5), ("p99", 0.99)):
-        result[f"direct_{name}_ms"] = _percentile(direct, fraction) * 1e3
-        result[f"gateway_{name}_ms"] = _percentile(through, fraction) * 1e3
-        result[f"added_{name}_ms"] = result[f"gateway_{name}_ms"] - result[f"direct_{name}_ms"]
-    result["added_mean_ms"] = (statistics.fmean(through) - statistics.fmean(direct)) * 1e3
+    result.update(_added(direct, through, "gateway"))
     result["gateway_cpu_ms_per_call"] = cpu / (calls + 50) * 1e3
     return result
 
@@ -188,6 +235,8 @@ def main() -> None:
     for stream, reply in ((False, "ok"), (True, "ok"), (True, LONG_REPLY)):
         with console.status(f"latency, stream={stream}, {len(reply)} characters…"):
             results.append(_loop.run(latency(args.calls, stream, reply)))
+    with console.status("a bare forwarder in the gateway's place…"):
+        results.append(_loop.run(forwarder(args.calls)))
     with console.status("the agent alone, straight to the upstream…"):
         results.append(_loop.run(agent_alone(args.rollouts, args.concurrency)))
     for agent_kind, runners in (("async", 1), ("sync", 1), ("sync", 2)):
@@ -215,6 +264,13 @@ def main() -> None:
             f"{r['added_mean_ms']:.3f} ms",
             f"{r['gateway_cpu_ms_per_call']:.3f} ms",
         )
+    (bare,) = (r for r in results if r["benchmark"] == "forwarder")
+    table.add_row(
+        "chat, bare forwarder (floor)",
+        "2 chars",
+        *(f"{bare[key]:.3f} ms" for key in ("direct_p50_ms", "forwarder_p50_ms", "added_p50_ms", "added_p99_ms")),
+        *(f"{bare[key]:.3f} ms" for key in ("added_mean_ms", "forwarder_cpu_ms_per_call")),
+    )
     console.print(table)
     table = Table(title=f"whole loop ({CALLS} LLM calls per rollout, instant upstream)", title_justify="left")
     for column in ("agent", "runners", "rollouts", "concurrency", "rollouts/s", "calls/s", "failed"):
