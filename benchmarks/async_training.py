@@ -11,13 +11,22 @@ starts from the same warm-started weights and seed and trains on the same tasks:
   thread``: on a thread of this one), which the engine swaps in between generation steps; stale
   samples get decoupled PPO with truncated importance weights (the default ``tis_cap``).
 
-Columns: wall seconds of training (to the last update), samples (rollouts trained on) per second,
-the learner's idle fraction (waiting for a batch), samples dropped for staleness, CPU cores used over
-the run (this process and the learner process), the engine's mean rows per forward pass, and the final
-greedy reward on held-out questions.
+The clock starts once every mode's parts are up (the engine, and the learner process of the asynchronous
+ones: the run waits for it to answer, as a long run would have it) and stops at the last update.
+
+Columns: wall seconds of training, samples (rollouts trained on) per second, the learner's idle fraction
+(waiting for a batch), seconds per update, samples dropped for staleness, CPU cores used over the run
+(this process and its children: the learner process, runner processes) and by this process alone (the
+trainer's: agents, gateway, store and engine share its interpreter, so about one core is its ceiling),
+the engine's mean rows per forward pass, and the final greedy reward on held-out questions. The line
+under the table is what hiding every update behind rollouts gives, and nothing more: the synchronous
+wall over its time waiting for rollouts. Beyond it, asynchrony has to fill idle time within the
+rollouts (a long tail that leaves the trainer's process waiting), which there is only when rollouts
+are not bound by the CPU the trainer's process gets.
 
     python benchmarks/async_training.py            # a table
     python benchmarks/async_training.py --json     # one JSON object per line
+    python benchmarks/async_training.py --runners 2  # agents in two runner processes, in every mode
 """
 
 from __future__ import annotations
@@ -56,9 +65,10 @@ async def train(
     store_path: Path,
     *,
     learner_process: bool = True,
+    runners: int = 1,
 ) -> dict[str, Any]:
     """One training run from the warm-started weights; ``max_staleness`` None is synchronous."""
-    cpu = _cpu_seconds()
+    cpu, own = _cpu_seconds(), _cpu_seconds(children=False)
     with tiny_engine(seed=recipe.seed) as engine:
         engine.model.load_state_dict(warm)
         updates: list[float] = []
@@ -72,6 +82,8 @@ async def train(
             learner_process=live and learner_process,
             callbacks=[lambda transitions, metrics: updates.append(time.perf_counter())],
         )
+        if isinstance(algorithm.learner, LearnerProcess):
+            algorithm.learner.state_dict()  # a round trip: the process is up, as the engine is, before the clock
         store = relight.open_store(f"sqlite:///{store_path}")
         in_flight = recipe.tasks_per_iteration * recipe.samples_per_task * ((max_staleness or 0) + 1)
         trainer = relight.Trainer(
@@ -79,7 +91,8 @@ async def train(
             store=store,
             batch_size=recipe.tasks_per_iteration,
             n_samples=recipe.samples_per_task,
-            concurrency=in_flight,
+            n_runners=runners,
+            concurrency=-(-in_flight // runners),
             max_staleness=max_staleness,
             console=Console(file=io.StringIO()),
         )
@@ -114,18 +127,22 @@ async def train(
         "wall_s": round(wall, 2),
         "samples_per_s": round(samples / wall, 2),
         "learner_idle_fraction": round(idle, 3),
+        "update_s": round(sum(row["time_update_s"] for row in steps) / len(steps), 2),
         "samples_dropped_stale": dropped,
         "cpu_cores_used": round((_cpu_seconds() - cpu) / (ended - began), 2),
+        "trainer_process_cores": round((_cpu_seconds(children=False) - own) / (ended - began), 2),
         "engine_tokens_per_step": round(engine.tokens / max(engine.steps, 1), 1),
         "train_reward_mean": round(sum(row["reward_mean"] for row in steps[-3:]) / len(steps[-3:]), 3),
         "final_eval_reward": round(history[-1]["val_reward_mean"], 3),
     }
 
 
-def _cpu_seconds() -> float:
-    """CPU seconds of this process and of its reaped children (a learner process)."""
-    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+def _cpu_seconds(*, children: bool = True) -> float:
+    """CPU seconds of this process and (``children``) of its reaped children: a learner process, runner processes."""
+    usages = [resource.getrusage(resource.RUSAGE_SELF)]
+    if children:
+        usages.append(resource.getrusage(resource.RUSAGE_CHILDREN))
+    return sum(usage.ru_utime + usage.ru_stime for usage in usages)
 
 
 def warm_weights(recipe: Recipe) -> dict[str, torch.Tensor]:
@@ -150,6 +167,9 @@ def main() -> None:
         default="process",
         help="where asynchronous modes train: a learner process (default) or a thread beside the engine",
     )
+    parser.add_argument(
+        "--runners", type=int, default=1, help="runner processes in every mode (default 1: agents in this process)"
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
     args = parser.parse_args()
     console = Console(stderr=args.json)
@@ -168,7 +188,9 @@ def main() -> None:
         for k in (None, 1, 2):
             with console.status(f"training, {'synchronous' if k is None else f'max_staleness={k}'}…"):
                 store = Path(scratch) / f"store-{k}.db"
-                results.append(asyncio.run(train(warm, recipe, k, store, learner_process=args.learner == "process")))
+                learner_process = args.learner == "process"
+                run = train(warm, recipe, k, store, learner_process=learner_process, runners=args.runners)
+                results.append(asyncio.run(run))
             if args.json:
                 print(json.dumps(results[-1]), flush=True)
     if args.json:
@@ -184,8 +206,10 @@ def main() -> None:
         "samples/s",
         "speed-up",
         "learner idle",
+        "update s",
         "dropped",
         "CPU cores",
+        "trainer process",
         "tokens/step",
         "final eval reward",
     )
@@ -199,12 +223,19 @@ def main() -> None:
             f"{row['samples_per_s']:.2f}",
             f"{row['samples_per_s'] / base:.2f}×",
             f"{row['learner_idle_fraction']:.0%}",
+            f"{row['update_s']:.2f}",
             f"{row['samples_dropped_stale']:.0f}",
             f"{row['cpu_cores_used']:.2f}",
+            f"{row['trainer_process_cores']:.2f}",
             f"{row['engine_tokens_per_step']:.1f}",
             f"{row['final_eval_reward']:.3f}",
         )
     console.print(table)
+    rollouts = results[0]["learner_idle_fraction"]  # synchronous: the share of its wall spent waiting for rollouts
+    console.print(
+        f"Hiding every synchronous update behind rollouts, and nothing more, gives {1 / rollouts:.2f}× "
+        "(the synchronous wall over its time waiting for rollouts)."
+    )
 
 
 if __name__ == "__main__":
