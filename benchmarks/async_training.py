@@ -1,9 +1,9 @@
 """Synchronous against asynchronous training (``max_staleness`` 1 and 2) for the same number of samples.
 
 The demo's calculator task on the tiny Llama after a short SFT warm start, through the whole stack
-(``relight.Trainer``, SQLite store, runner, gateway, in-process engine, GRPO), with an agent whose
-calculator takes a random 0–200 ms (``tool_seconds``), so rollouts have a long tail. Every mode
-starts from the same warm-started weights and seed and trains on the same tasks:
+(``relight.Trainer`` on relight's event loop, SQLite store, runner, gateway, in-process engine,
+GRPO), with an agent whose calculator takes a random 0–200 ms (``tool_seconds``), so rollouts have
+a long tail. Every mode starts from the same warm-started weights and seed and trains on the same tasks:
 
 - synchronous: ``Trainer()``; each step waits for its slowest rollout, then updates with the gateway paused.
 - ``k=1``, ``k=2``: ``Trainer(max_staleness=k)`` with ``GRPO(live_updates=True, learner_process=True)``:
@@ -32,7 +32,6 @@ are not bound by the CPU the trainer's process gets.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import copy
 import io
 import json
@@ -47,6 +46,7 @@ from rich.console import Console
 from rich.table import Table
 
 import relight
+from relight import _loop
 from relight_torch.demo.agent import calculator_agent
 from relight_torch.demo.calculator import problems
 from relight_torch.demo.run import Recipe, warm_start
@@ -190,7 +190,7 @@ def main() -> None:
                 store = Path(scratch) / f"store-{k}.db"
                 learner_process = args.learner == "process"
                 run = train(warm, recipe, k, store, learner_process=learner_process, runners=args.runners)
-                results.append(asyncio.run(run))
+                results.append(_loop.run(run))  # relight's event loop, as Trainer.fit runs on
             if args.json:
                 print(json.dumps(results[-1]), flush=True)
     if args.json:
