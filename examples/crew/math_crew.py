@@ -2,9 +2,10 @@
 
 The ``Analyst`` works the problem out with the ``calculator`` tool; the ``Reporter`` reads the
 analyst's work and states the result as ``Answer: <number>``. The reward is 1.0 for the right
-number. Only the analyst is trained (``TransitionBuilder(roles=["Analyst"])``): the reporter's
-calls stay in the episode but are not updated. The relight-specific lines are
-``relight.instrument("crewai")``, the ``LLM`` built from the ``llm`` handle, and the returned reward.
+number (after ``Answer:``, else the last number the reporter wrote). Only the analyst is trained
+(``TransitionBuilder(roles=["Analyst"])``): the reporter's calls stay in the episode but are not
+updated. The relight-specific lines are ``relight.instrument("crewai")``, the ``LLM`` built from the
+``llm`` handle, and the returned reward.
 
 Commands (see README.md)::
 
@@ -33,6 +34,7 @@ PROBLEMS = Path(__file__).parents[1] / "calc_agent" / "data"
 
 _OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
 _ANSWER = re.compile(r"Answer:\s*\$?\s*(-?[\d,]*\.?\d+)")
+_NUMBER = re.compile(r"-?[\d,]*\.?\d+")
 
 
 @tool("calculator")
@@ -70,8 +72,14 @@ def build_crew(llm: Any, question: str, *, temperature: float = 1.0) -> Crew:
 
 
 def reward(output: CrewOutput, expected: float) -> float:
-    """1.0 when the crew's final ``Answer:`` is ``expected``."""
-    found = _ANSWER.findall(output.raw)
+    """1.0 when the crew states ``expected``: the number after its last ``Answer:``, else its last number.
+
+    The reporter is not trained, so the reward does not hang on its format: SmolLM2 as the reporter
+    restates the analyst's ``The result is 919.`` rather than writing an ``Answer:`` line, and a
+    reward that demanded the line would score the analyst's right work 0, which RL on the analyst
+    cannot fix.
+    """
+    found = _ANSWER.findall(output.raw) or _NUMBER.findall(output.raw)
     return 1.0 if found and abs(float(found[-1].replace(",", "")) - expected) < 1e-6 * max(1.0, abs(expected)) else 0.0
 
 

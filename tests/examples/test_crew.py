@@ -50,3 +50,21 @@ def test_the_readme_command_runs_offline(tmp_path: Path, crew: ModuleType) -> No
     rows = run_example(example_file("crew/math_crew.py", near=__file__), cwd=tmp_path)
     assert len(rows) == 4, rows
     assert all("succeeded" in row and "1.000" in row for row in rows), rows
+
+
+@pytest.mark.parametrize(
+    ("said", "reward"),
+    [
+        ("Answer: 919", 1.0),
+        ("Answer: 1,008", 0.0),
+        ("The result is 919.", 1.0),  # what SmolLM2 as the untrained reporter writes: the analyst's sentence
+        ("<number>\nThe result is 919.", 1.0),
+        ("Answer: 918. The result is 919.", 0.0),  # an Answer: line decides
+        ("The shop gets 24 boxes of 42 books, and 89 are damaged.", 0.0),
+        ("<number>", 0.0),
+    ],
+)
+def test_the_reward_reads_the_answer_line_else_the_last_number(crew: ModuleType, said: str, reward: float) -> None:
+    from crewai import CrewOutput
+
+    assert crew.reward(CrewOutput(raw=said), 919.0) == reward

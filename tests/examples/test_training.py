@@ -88,8 +88,8 @@ def scenario(name: str) -> dict[str, Any]:
 
 
 NO_SIGNAL_YET = pytest.mark.skip(
-    reason="crew: the analyst earned no reward in either quick step (18 samples, dynamic sampling), so no update "
-    "had signal; its quick steps need a task choice that does (issue 12)"
+    reason="crew: with a reward that demanded the untrained reporter's 'Answer:' line no sample earned any; the "
+    "reward that reads the reporter's last number has not yet run two steps here (issue 12)"
 )
 
 
