@@ -33,8 +33,8 @@ PROBLEMS = Path(__file__).parents[1] / "calc_agent" / "data"
 """The calc_agent's problems (Calc-X format): ``train.jsonl`` and ``test.jsonl``."""
 
 _OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
-_ANSWER = re.compile(r"Answer:\s*\$?\s*(-?[\d,]*\.?\d+)")
 _NUMBER = re.compile(r"-?[\d,]*\.?\d+")
+_ANSWER = re.compile(rf"Answer:\s*\$?\s*({_NUMBER.pattern})")
 
 
 @tool("calculator")
