@@ -185,10 +185,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         with console.status("SFT warm start…"):
             warm = warm_weights(recipe)
+        learner_process = args.learner == "process"
         for k in (None, 1, 2):
             with console.status(f"training, {'synchronous' if k is None else f'max_staleness={k}'}…"):
                 store = Path(scratch) / f"store-{k}.db"
-                learner_process = args.learner == "process"
                 run = train(warm, recipe, k, store, learner_process=learner_process, runners=args.runners)
                 results.append(_loop.run(run))  # relight's event loop, as Trainer.fit runs on
             if args.json:
@@ -231,9 +231,9 @@ def main() -> None:
             f"{row['final_eval_reward']:.3f}",
         )
     console.print(table)
-    rollouts = results[0]["learner_idle_fraction"]  # synchronous: the share of its wall spent waiting for rollouts
+    waiting = results[0]["learner_idle_fraction"]  # synchronous: the share of its wall spent waiting for rollouts
     console.print(
-        f"Hiding every synchronous update behind rollouts, and nothing more, gives {1 / rollouts:.2f}× "
+        f"Hiding every synchronous update behind rollouts, and nothing more, gives {1 / waiting:.2f}× "
         "(the synchronous wall over its time waiting for rollouts)."
     )
 
