@@ -7,7 +7,7 @@ import torch
 from relight.engine import GenerationRequest, SamplingParams
 from relight.models import Transition
 from relight.trained import ReportsAdvantages
-from relight_torch.advantages import grpo_advantages, reinforce_pp_advantages
+from relight_torch.advantages import episode_weights, grpo_advantages, reinforce_pp_advantages
 from relight_torch.grpo import GRPO
 from relight_torch.learner import Sample
 from relight_torch.testing import QUESTION, answers, final_gradients
@@ -26,6 +26,37 @@ def test_grpo_advantages_by_hand() -> None:
     assert torch.allclose(advantages, torch.tensor(expected), atol=1e-5)
     assert grpo_advantages([2.0, 2.0], ["a", "a"]).tolist() == [0.0, 0.0]
     assert grpo_advantages([1.0, 0.0], ["a", "a"], scale_by_std=False).tolist() == [0.5, -0.5]
+
+
+def test_episode_advantages_and_weights_by_hand() -> None:
+    # One right episode of one call, one wrong episode of three calls: over the episodes the mean is
+    # 0.5 and the unbiased std sqrt(1/2); over the transitions it would be 0.25 and 0.5.
+    advantages = grpo_advantages([1.0, 0.0, 0.0, 0.0], ["a"] * 4, episode_ids=["r", "w", "w", "w"])
+    assert torch.allclose(advantages, torch.tensor([1.0, -1.0, -1.0, -1.0]) * math.sqrt(0.5), atol=1e-5)
+    assert grpo_advantages([1.0, 0.0, 0.0, 0.0], ["a"] * 4).tolist() == pytest.approx([1.5, -0.5, -0.5, -0.5], abs=1e-5)
+    # Episodes of 2 and 3 + 3 tokens: the average episode has 4, so 4/2 and 4/6.
+    assert episode_weights(["r", "w", "w"], [2, 3, 3]) == pytest.approx([2.0, 2 / 3, 2 / 3])
+    with pytest.raises(ValueError, match="episode_ids"):
+        grpo_advantages([1.0, 0.0], ["a", "a"], episode_ids=["r"])
+
+
+def test_per_episode_gives_a_long_wrong_episode_no_more_weight_than_a_short_right_one() -> None:
+    with tiny_engine(seed=0) as engine:
+        transitions = answers(engine, ["84", "19", "1234567", "1234567"], [1.0, 0.0, 0.0, 0.0])
+    # The wrong episode "ro-1" made three calls, the last two long: one answer, three transitions.
+    transitions = [t.model_copy(update={"rollout_id": "ro-0" if i == 0 else "ro-1"}) for i, t in enumerate(transitions)]
+
+    def pushes(per_episode: bool) -> tuple[float, float]:
+        samples = GRPO(engine, per_episode=per_episode).samples(transitions)
+        weighted = [s.advantage * len(s.response_ids) for s in samples]
+        return weighted[0], sum(weighted[1:])
+
+    up, down = pushes(per_episode=True)
+    assert up == pytest.approx(-down)  # each episode's tokens together weigh alike
+    up, down = pushes(per_episode=False)
+    assert -down > 2 * up  # per token, the long wrong episode outweighs the right one
+    with pytest.raises(ValueError, match="per_episode"):
+        GRPO(engine, estimator="reinforce++", per_episode=True)
 
 
 def test_reinforce_pp_advantages_by_hand() -> None:

@@ -5,7 +5,8 @@ They follow verl's outcome-reward estimators to the letter (``compute_grpo_outco
 unbiased standard deviations, the same epsilons, and a group of one scored against a mean of 0 and
 a deviation of 1. So a policy trained with ``relight-torch`` or ``relight-verl`` sees the same
 numbers. Each transition counts once in its group: under LightningRL every call of an episode
-carries the episode's credit, so an episode of three calls weighs three times.
+carries the episode's credit, so an episode of three calls weighs three times. Given the episodes,
+:func:`grpo_advantages` and :func:`episode_weights` count each episode once instead.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Hashable, Sequence
 
 import torch
 
-__all__ = ["grpo_advantages", "reinforce_pp_advantages"]
+__all__ = ["episode_weights", "grpo_advantages", "reinforce_pp_advantages"]
 
 
 def _group_indices(group_ids: Sequence[Hashable]) -> list[list[int]]:
@@ -29,6 +30,7 @@ def grpo_advantages(
     rewards: Sequence[float],
     group_ids: Sequence[Hashable],
     *,
+    episode_ids: Sequence[Hashable] | None = None,
     epsilon: float = 1e-6,
     scale_by_std: bool = True,
 ) -> torch.Tensor:
@@ -37,18 +39,47 @@ def grpo_advantages(
     Args:
         rewards: One per transition (the credit the core assigned it).
         group_ids: The transition's group (its task, for GRPO).
+        episode_ids: The transition's episode (its rollout). Given, a group's mean and deviation are
+            taken over its episodes' mean rewards, so a wrong episode of three calls moves the
+            baseline as much as a right one of one call; None takes them over the transitions.
         epsilon: Added to the deviation, so a group of equal rewards gets advantages of 0.
         scale_by_std: False gives Dr. GRPO (the mean is subtracted, nothing is divided).
     """
     if len(rewards) != len(group_ids):
         raise ValueError(f"rewards ({len(rewards)}) and group_ids ({len(group_ids)}) must have the same length")
+    if episode_ids is not None and len(episode_ids) != len(rewards):
+        raise ValueError(f"rewards ({len(rewards)}) and episode_ids ({len(episode_ids)}) must have the same length")
     scores = torch.tensor(rewards, dtype=torch.float32)
     advantages = torch.empty_like(scores)
     for members in _group_indices(group_ids):
         group = scores[members]
-        mean, std = (group.mean(), group.std()) if len(members) > 1 else (torch.tensor(0.0), torch.tensor(1.0))
-        advantages[members] = (group - mean) / (std + epsilon) if scale_by_std else group - mean
+        if episode_ids is not None:
+            episodes = _group_indices([episode_ids[i] for i in members])
+            group = torch.stack([scores[[members[i] for i in episode]].mean() for episode in episodes])
+        mean, std = (group.mean(), group.std()) if len(group) > 1 else (torch.tensor(0.0), torch.tensor(1.0))
+        centred = scores[members] - mean
+        advantages[members] = centred / (std + epsilon) if scale_by_std else centred
     return advantages
+
+
+def episode_weights(episode_ids: Sequence[Hashable], response_lengths: Sequence[int]) -> list[float]:
+    """Per-transition loss weights under which every episode weighs as much as the batch's average episode.
+
+    The token-mean loss weighs every response token alike, so an episode weighs its number of
+    tokens: three long wrong episodes outweigh one short right one of the same group, and the
+    update pushes down what they share (the format, the tool call) harder than the right answer
+    pushes it up. Each transition's weight is the average episode's tokens over its own episode's,
+    so the weights' token-weighted sum is still the batch's token count and the step's scale stays.
+    """
+    if len(episode_ids) != len(response_lengths):
+        raise ValueError(
+            f"episode_ids ({len(episode_ids)}) and response_lengths ({len(response_lengths)}) must have the same length"
+        )
+    tokens: defaultdict[Hashable, int] = defaultdict(int)
+    for episode, length in zip(episode_ids, response_lengths, strict=True):
+        tokens[episode] += length
+    average = sum(tokens.values()) / len(tokens) if tokens else 0.0
+    return [average / tokens[episode] if tokens[episode] else 0.0 for episode in episode_ids]
 
 
 def reinforce_pp_advantages(

@@ -3,12 +3,13 @@
 Each transition is one LLM call with the credit the core assigned it (under LightningRL every call
 of an episode carries the episode's reward). Advantages come from :mod:`relight_torch.advantages`,
 then the policy takes PPO's clipped step against the logprobs recorded when the call was sampled,
-with a token-mean loss and an optional KL penalty to the starting policy. Samples an older policy
-drew (asynchronous training) are corrected first (:mod:`relight_torch.offpolicy`: decoupled PPO with
-truncated importance sampling); calls recorded without logprobs (retokenized by the gateway) are
-anchored to the policy's own logprobs before the first step (:mod:`relight_torch.anchors`). The
-engine serves the new weights as soon as the update returns, under a policy version one higher
-(trained in place, or swapped in live: see ``live_updates``).
+with a token-mean loss (or one where each episode counts once: ``per_episode``) and an optional KL
+penalty to the starting policy. Samples an older policy drew (asynchronous training) are corrected
+first (:mod:`relight_torch.offpolicy`: decoupled PPO with truncated importance sampling); calls
+recorded without logprobs (retokenized by the gateway) are anchored to the policy's own logprobs
+before the first step (:mod:`relight_torch.anchors`). The engine serves the new weights as soon as
+the update returns, under a policy version one higher (trained in place, or swapped in live: see
+``live_updates``).
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
+import torch
+
 from relight.models import Transition
 from relight.signal import flat_groups
 from relight_torch._policy import PolicyAlgorithm
-from relight_torch.advantages import grpo_advantages, reinforce_pp_advantages
+from relight_torch.advantages import episode_weights, grpo_advantages, reinforce_pp_advantages
 from relight_torch.anchors import anchor_missing_logprobs
 from relight_torch.engine import TorchEngine
 from relight_torch.learner import Sample
@@ -48,6 +51,9 @@ class GRPO(PolicyAlgorithm):
         tis_cap: The truncation of the importance weights of samples an older policy drew (asynchronous
             training; see :mod:`relight_torch.offpolicy`); None trains them as if on-policy.
         scale_by_std: GRPO divides by the group's deviation; False is Dr. GRPO.
+        per_episode: GRPO only: each episode (rollout) counts once, in its group's mean and deviation
+            and in the loss, however many calls and tokens it has (:func:`~relight_torch.advantages.episode_weights`);
+            False counts each call and each token, as verl and Agent Lightning do.
         mini_batches: Optimizer steps per update, each on a disjoint shuffled part of the batch.
         epochs: Passes over the batch per update.
         token_budget: Most tokens in one forward/backward pass (gradient accumulation does the rest).
@@ -66,6 +72,7 @@ class GRPO(PolicyAlgorithm):
         kl_coef: float = 0.0,
         tis_cap: float | None = 2.0,
         scale_by_std: bool = True,
+        per_episode: bool = False,
         mini_batches: int = 1,
         epochs: int = 1,
         token_budget: int = 4096,
@@ -76,6 +83,8 @@ class GRPO(PolicyAlgorithm):
     ) -> None:
         if estimator not in ("grpo", "reinforce++"):
             raise ValueError(f"estimator must be 'grpo' or 'reinforce++', got {estimator!r}")
+        if per_episode and estimator != "grpo":
+            raise ValueError(f"per_episode applies to estimator='grpo' only, got estimator={estimator!r}")
         if mini_batches < 1 or epochs < 1:
             raise ValueError(f"mini_batches and epochs must be at least 1, got {mini_batches} and {epochs}")
         super().__init__(
@@ -83,6 +92,7 @@ class GRPO(PolicyAlgorithm):
         )
         self.estimator = estimator
         self.scale_by_std = scale_by_std
+        self.per_episode = per_episode
         self.tis_cap = tis_cap
         self.mini_batches = mini_batches
         self.epochs = epochs
@@ -148,10 +158,15 @@ class GRPO(PolicyAlgorithm):
         """Transitions as learner samples, with this estimator's advantages."""
         rewards = [t.reward for t in transitions]
         groups = [t.group_id for t in transitions]
-        if self.estimator == "grpo":
+        lengths = [len(t.response_token_ids) for t in transitions]
+        if self.per_episode:
+            episodes = [t.rollout_id for t in transitions]
+            advantages = grpo_advantages(rewards, groups, episode_ids=episodes, scale_by_std=self.scale_by_std)
+            advantages *= torch.tensor(episode_weights(episodes, lengths))  # exact for PPO's clipped term: w > 0
+        elif self.estimator == "grpo":
             advantages = grpo_advantages(rewards, groups, scale_by_std=self.scale_by_std)
         else:
-            advantages = reinforce_pp_advantages(rewards, groups, [len(t.response_token_ids) for t in transitions])
+            advantages = reinforce_pp_advantages(rewards, groups, lengths)
         return [
             Sample(t.prompt_token_ids, t.response_token_ids, float(a), t.response_logprobs)
             for t, a in zip(transitions, advantages.tolist(), strict=True)

@@ -66,6 +66,8 @@ class Recipe:
     samples_per_task: int = 4
     lr: float = 1e-5
     clip: float = 0.2
+    per_episode: bool = False
+    """Each episode counts once in GRPO, however many calls and tokens it has (see :class:`GRPO`)."""
     mini_batches: int = 1
     """Optimizer steps per GRPO update, each on a part of the batch: more steps for the same sampling and compute."""
     eval_tasks: int = 40
@@ -85,8 +87,8 @@ class Recipe:
     def grpo(self, engine: TorchEngine, callbacks: Sequence[UpdateCallback] = ()) -> GRPO:
         """GRPO on ``engine`` with this recipe's learning rate, clip, seed and token budget."""
         return GRPO(
-            engine, lr=self.lr, clip=self.clip, mini_batches=self.mini_batches, callbacks=callbacks,
-            **self.learner_options(),
+            engine, lr=self.lr, clip=self.clip, per_episode=self.per_episode, mini_batches=self.mini_batches,
+            callbacks=callbacks, **self.learner_options(),
         )  # fmt: skip
 
     def learner_options(self) -> dict[str, Any]:
