@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from relight.errors import ConfigError, NotFoundError
+from relight.errors import ConfigError, NotFoundError, StoreError
 from relight.models import AttemptStatus, RolloutRequest
 from relight.store import Store
 from relight.stores.sqlite import SqliteStore
@@ -133,6 +133,19 @@ async def test_concurrent_writes_share_commits_and_a_failing_one_is_undone_alone
         stats = await store.stats()
         assert stats.spans == 200
         assert stats.extra["commits_since_open"] < stats.extra["writes_since_open"] / 4
+    finally:
+        await store.close()
+
+
+async def test_a_failed_write_names_its_operation_and_keeps_sqlites_error(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    store = SqliteStore(path)
+    try:
+        with sqlite3.connect(path) as other:
+            other.execute("CREATE TRIGGER refuse BEFORE INSERT ON resources BEGIN SELECT RAISE(ABORT, 'refused'); END")
+        with pytest.raises(StoreError, match=r"\(publish_resources\): refused$") as raised:
+            await store.publish_resources({"model": "m"})
+        assert isinstance(raised.value.__cause__, sqlite3.IntegrityError)
     finally:
         await store.close()
 

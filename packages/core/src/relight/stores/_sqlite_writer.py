@@ -36,6 +36,14 @@ class Tx:
     """One job's view of the writer's transaction.
 
     ``changed`` says whether waiters should wake; ``size`` is about how many bytes the job wrote.
+
+    A job keeps no cursor of ``conn`` that still holds a statement: it takes what it needs from a
+    cursor at once (``fetchall``, ``rowcount``) or iterates it to the end. A cursor left by
+    ``executemany``, or one whose last row was fetched but not iterated past, holds one of the
+    connection's cached statements, and a job's frames can outlive the job and be freed on another
+    thread: a sampling profiler holds them a moment, a failing job's traceback goes to the caller's
+    loop. The cursor freed there resets that statement from there, racing the writer's own use of
+    it, whose next use then fails with SQLITE_MISUSE ("bad parameter or other API misuse").
     """
 
     conn: sqlite3.Connection
@@ -128,7 +136,7 @@ class Writer:
                     result = job.fn(tx)
                 except Exception as error:
                     conn.execute("ROLLBACK TO job")
-                    outcomes.append((job, None, self._as_store_error(error)))
+                    outcomes.append((job, None, self._as_store_error(error, _operation(job))))
                 else:
                     outcomes.append((job, (result, tx.changed), None))
                     self._unchecked_bytes += tx.size
@@ -142,15 +150,23 @@ class Writer:
         except sqlite3.Error as error:
             if conn.in_transaction:
                 conn.rollback()
-            failure = self._as_store_error(error)
-            outcomes = [(job, None, failure) for job in jobs]
+            operation = f"the commit of {', '.join(sorted({_operation(job) for job in jobs}))}"
+            outcomes = [(job, None, self._as_store_error(error, operation)) for job in jobs]
         for job, result, error in outcomes:
             job.settle(result, error)
 
-    def _as_store_error(self, error: Exception) -> Exception:
+    def _as_store_error(self, error: Exception, operation: str) -> Exception:
+        """A StoreError naming the operation, caused by (so showing the traceback of) SQLite's error."""
         if isinstance(error, sqlite3.Error):
-            return StoreError(f"could not write to the SQLite store at {str(self._path)!r}: {error}")
+            failure = StoreError(f"could not write to the SQLite store at {str(self._path)!r} ({operation}): {error}")
+            failure.__cause__ = error  # raised on the caller's loop, not here, so no `raise ... from`
+            return failure
         return error
+
+
+def _operation(job: Job[Any]) -> str:
+    """The store method whose write ``job`` is: ``add_spans`` for ``SqliteStore.add_spans.<locals>.job``."""
+    return job.fn.__qualname__.removesuffix(".<locals>.job").rpartition(".")[2]
 
 
 _CHECKPOINT_BYTES = 8 * 1024 * 1024

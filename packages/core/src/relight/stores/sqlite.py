@@ -326,14 +326,14 @@ class SqliteStore:
                 (seq, span.rollout_id, span.attempt_id, span.span_id, span_json(span, sequence_id=seq).decode())
                 for seq, span in enumerate(spans, start=last + 1)
             ]
-            cursor = tx.conn.executemany(
+            added = tx.conn.executemany(  # its cursor is not kept: see Tx
                 "INSERT OR IGNORE INTO spans (sequence_id, rollout_id, attempt_id, span_id, data) "
                 "VALUES (?, ?, ?, ?, ?)",
                 rows,
-            )
-            inserted = _rows.check_repeats(tx.conn, rows, spans) if cursor.rowcount < len(rows) else spans
+            ).rowcount
+            inserted = _rows.check_repeats(tx.conn, rows, spans) if added < len(rows) else spans
             _summaries.add_spans(tx.conn, inserted)
-            tx.conn.execute("UPDATE counters SET value = value + ? WHERE name = 'spans'", (cursor.rowcount,))
+            tx.conn.execute("UPDATE counters SET value = value + ? WHERE name = 'spans'", (added,))
             tx.size = sum(len(data) for *_, data in rows)
 
         await self._write(job)
