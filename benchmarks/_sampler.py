@@ -82,16 +82,20 @@ class Sampler:
     def _run(self) -> None:
         me = threading.get_ident()
         while not self._stop.wait(self.interval):
-            threads = {thread.ident: thread for thread in threading.enumerate()}
-            frames = sys._current_frames()  # pyright: ignore[reportPrivateUsage]
-            for ident, frame in frames.items():
-                thread = threads.get(ident)
-                if ident == me or thread is None or thread.native_id is None:
-                    continue
-                spent = self._spent(thread.native_id)
-                if spent > 0:
-                    self.seconds[self._part(frame, thread.name)] += spent
-            del frames  # frames keep their locals alive
+            self._look(me)
+
+    def _look(self, me: int) -> None:
+        """One look at every other thread. Its own method so that no frame outlives it: a frame held
+        here keeps its locals alive, and they would be freed on this thread (once, a SQLite cursor
+        freed so broke the store's writer: see ``relight.stores._sqlite_writer.Tx``)."""
+        threads = {thread.ident: thread for thread in threading.enumerate()}
+        for ident, frame in sys._current_frames().items():  # pyright: ignore[reportPrivateUsage]
+            thread = threads.get(ident)
+            if ident == me or thread is None or thread.native_id is None:
+                continue
+            spent = self._spent(thread.native_id)
+            if spent > 0:
+                self.seconds[self._part(frame, thread.name)] += spent
 
     def _spent(self, tid: int) -> float:
         """CPU seconds thread ``tid`` has used since the last call (0 on the first)."""
