@@ -1,25 +1,37 @@
-"""Where a benchmark's CPU goes: a sampling profiler that charges CPU time to the parts of relight.
+"""Where a benchmark's CPU goes: py-spy samples this process's threads, and each sample is charged to a part of relight.
 
-Every ``interval`` seconds a thread of its own reads every other thread's Python stack
-(``sys._current_frames``) and the CPU time each thread has used since the last look (from the
-kernel's per-thread counter, ``/proc/self/task/<tid>/schedstat``), and charges that time to the part
-of the system that is running, by the file of the innermost frame that belongs to a known part:
-the agent and its client (``openai``, ``httpx``), the gateway (``relight.gateway``, uvicorn,
-Starlette), the store (stores, span batcher), the runner, the trainer (transitions, credit, the
-algorithm), the benchmark's fake model (which runs on threads of the same process), or the event
-loop's own work. Charging CPU time rather than counting samples matters: a thread that waits in C
-(the SQLite writer on its queue, a reader in a socket) shows a Python frame of its part but uses
-no CPU, and so costs nothing here. A look every few milliseconds costs little and needs no tool
-outside Python, so it runs with every loop benchmark.
+While the ``with`` block runs, py-spy (``requirements-dev.txt``) reads the Python stack of every thread of this
+process from outside it, ``rate`` times a second, without the interpreter lock, and keeps a thread's sample only
+while the kernel has that thread running or ready to run. A thread asleep in C (the event loop in epoll, the
+SQLite writer on its queue, any thread waiting for the interpreter lock) costs nothing, so a part's share of the
+samples is its share of the CPU time. A sample is charged to the part of its innermost frame that belongs to one
+(:data:`PARTS`): the agent and its client, the gateway, the store, the runner, the trainer; a thread of the
+benchmark's fake model goes to it whatever its stack; a stack in no part is the event loop's own work (its C
+included: polling, socket reads, running the callbacks) where an event loop runs the thread, else other.
+
+Why not a sampling thread inside the process, as this module was before: such a thread can read the others'
+stacks only while it holds the interpreter lock, so it sees a thread only when that thread has just let go of
+the lock. Under uvloop the loop thread lets go of it after each callback, inside uvloop's C, where its only
+Python frame is the one that started the loop: every callback's CPU was charged to "event loop" (on the loop
+benchmark 56% event loop, 0.2% gateway, against 26% and 6% under asyncio, whose loop lets go of the lock at its
+socket calls: a milder bias of the same kind).
+
+py-spy must be allowed to read this process's memory (ptrace rights: the same user, and where
+``kernel.yama.ptrace_scope`` is 1 or more, root or ``CAP_SYS_PTRACE``). Without py-spy or those rights the
+benchmark still runs: :meth:`Sampler.shares` is empty and :attr:`Sampler.error` says why.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import signal
+import subprocess
 import sys
-import threading
-from collections import defaultdict
-from types import FrameType, TracebackType
+import tempfile
+from collections import Counter
+from pathlib import Path
+from types import TracebackType
 from typing import Self
 
 __all__ = ["PARTS", "Sampler"]
@@ -42,84 +54,79 @@ PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
 )
-"""Parts in the order they are looked for, and the file paths that belong to each. A sample in none of
-them is the event loop's own work where an event loop runs the thread (its frames are outermost), else other."""
+"""Parts in the order they are looked for, and the file paths that belong to each."""
 _LOOP = ("/asyncio/", "/selectors.py", "uvloop")
 
 
 class Sampler:
-    """Samples the stacks of this process's threads while the ``with`` block runs."""
+    """Samples the stacks of this process's threads with py-spy while the ``with`` block runs."""
 
-    def __init__(self, interval: float = 0.005, *, fake_threads: str = "relight-server") -> None:
-        self.interval = interval
+    def __init__(self, rate: int = 100, *, fake_threads: str = "relight-server") -> None:
+        self.rate = rate
         self.fake_threads = fake_threads
         """Threads whose name starts with this serve the benchmark's fake model: charged to it."""
-        self.seconds: defaultdict[str, float] = defaultdict(float)
-        """CPU seconds charged to each part."""
-        self._files: dict[int, int] = {}
-        self._used: dict[int, float] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="relight-sampler", daemon=True)
+        self.samples: Counter[str] = Counter()
+        """Samples of a running thread charged to each part."""
+        self.error: str | None = None
+        """Why there is no profile (py-spy missing, or not allowed to read this process); None if there is one."""
+        self._output = Path(tempfile.mkdtemp(prefix="relight-profile-")) / "stacks.txt"
+        self._spy: subprocess.Popen[str] | None = None
 
     def __enter__(self) -> Self:
-        self._thread.start()
+        search = os.pathsep.join((str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)))
+        executable = shutil.which("py-spy", path=search)  # the virtual environment's first
+        if executable is None:
+            self.error = "no profile: py-spy is not installed (pip install py-spy)"
+            return self
+        command = [executable, "record", "--pid", str(os.getpid()), "--rate", str(self.rate), "--nonblocking"]
+        command += ["--threads", "--full-filenames", "--format", "raw", "--output", str(self._output)]
+        self._spy = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "RUST_BACKTRACE": "0"},
+        )
+        assert self._spy.stdout is not None
+        if not self._spy.stdout.readline().startswith("py-spy> Sampling"):  # its first line once it samples
+            self._stop()
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self._stop.set()
-        self._thread.join()
-        for descriptor in self._files.values():
-            os.close(descriptor)
+        if self._spy is not None:
+            self._spy.send_signal(signal.SIGINT)  # py-spy writes what it sampled and exits
+            self._stop()
+        if self._output.exists():
+            for line in self._output.read_text(errors="replace").splitlines():
+                stack, _, count = line.rpartition(" ")
+                self.samples[self._part(stack.split(";"))] += int(count)
+        shutil.rmtree(self._output.parent, ignore_errors=True)
+
+    def _stop(self) -> None:
+        assert self._spy is not None
+        _, errors = self._spy.communicate()
+        if self._spy.returncode != 0:
+            why = " ".join(errors.split()) or f"exit status {self._spy.returncode}"
+            self.error = (
+                f"no profile: py-spy could not sample this process ({why}); it needs ptrace rights on it: "
+                "the same user, and root where kernel.yama.ptrace_scope is 1 or more"
+            )
+        self._spy = None
 
     def shares(self) -> dict[str, float]:
-        """Each part's share of the CPU time charged, largest first."""
-        busy = sum(self.seconds.values()) or 1.0
-        ranked = sorted(self.seconds.items(), key=lambda item: -item[1])
-        return {part: seconds / busy for part, seconds in ranked}
+        """Each part's share of the samples, largest first."""
+        total = sum(self.samples.values()) or 1
+        return {part: count / total for part, count in self.samples.most_common()}
 
-    def _run(self) -> None:
-        me = threading.get_ident()
-        while not self._stop.wait(self.interval):
-            self._look(me)
-
-    def _look(self, me: int) -> None:
-        """One look at every other thread. Its own method so that no frame outlives it: a frame held
-        here keeps its locals alive, and they would be freed on this thread (once, a SQLite cursor
-        freed so broke the store's writer: see ``relight.stores._sqlite_writer.Tx``)."""
-        threads = {thread.ident: thread for thread in threading.enumerate()}
-        for ident, frame in sys._current_frames().items():  # pyright: ignore[reportPrivateUsage]
-            thread = threads.get(ident)
-            if ident == me or thread is None or thread.native_id is None:
-                continue
-            spent = self._spent(thread.native_id)
-            if spent > 0:
-                self.seconds[self._part(frame, thread.name)] += spent
-
-    def _spent(self, tid: int) -> float:
-        """CPU seconds thread ``tid`` has used since the last call (0 on the first)."""
-        descriptor = self._files.get(tid)
-        try:
-            if descriptor is None:
-                descriptor = self._files[tid] = os.open(f"/proc/self/task/{tid}/schedstat", os.O_RDONLY)
-            used = int(os.pread(descriptor, 64, 0).split()[0]) / 1e9
-        except (OSError, ValueError, IndexError):  # the thread has just ended
-            return 0.0
-        before = self._used.get(tid, used)
-        self._used[tid] = used
-        return used - before
-
-    def _part(self, frame: FrameType, thread_name: str) -> str:
-        if thread_name.startswith(self.fake_threads):
+    def _part(self, stack: list[str]) -> str:
+        """The part one sample goes to; ``stack`` is py-spy's: ``thread (tid): name`` then frames, outermost first."""
+        thread, *frames = stack
+        if thread.partition("): ")[2].startswith(self.fake_threads):
             return "fake model (benchmark)"
-        in_loop = False
-        current: FrameType | None = frame
-        while current is not None:
-            path = current.f_code.co_filename
+        for frame in reversed(frames):
             for part, markers in PARTS:
-                if any(marker in path for marker in markers):
+                if any(marker in frame for marker in markers):
                     return part
-            in_loop = in_loop or any(marker in path for marker in _LOOP)
-            current = current.f_back
-        return "event loop" if in_loop else "other"
+        return "event loop" if any(marker in frame for frame in frames for marker in _LOOP) else "other"

@@ -16,10 +16,17 @@
   threads of the trainer's process, or in runner processes (``n_runners``), where their threads
   do not compete with the gateway for the interpreter lock. ``profile`` says where the CPU of the
   trainer's process goes over both steps (agent/client, gateway, store, runner, trainer, event loop,
-  the fake model), from stack samples every 5 ms weighted by each thread's CPU time (:mod:`_sampler`;
-  runner processes are not sampled). ``cpu_ms_per_rollout`` is the trainer process's CPU time over
-  both steps per rollout (the fake model's included): like the gateway's CPU per call, it moves
-  little with the machine's load, so it is the figure to compare on a busy machine.
+  the fake model): py-spy samples every thread's Python stack 100 times a second from outside the
+  process, keeps the samples of threads the kernel has running or ready to run, and charges each to
+  the part of its innermost frame that belongs to one (:mod:`_sampler`; runner processes are not
+  sampled). It does not need the interpreter lock to look, so it is right under uvloop too, which
+  runs its callbacks from C: a sampling thread inside the process, which could look only when the
+  loop thread let go of the lock, saw it only between callbacks and charged their CPU, the
+  gateway's included, to the event loop. Where py-spy may not read the process (ptrace rights),
+  ``profile`` is empty and ``profile_error`` says why (else it is null). ``cpu_ms_per_rollout`` is
+  the trainer process's CPU time over both steps per rollout (the fake model's included): like the
+  gateway's CPU per call, it moves little with the machine's load, so it is the figure to compare on
+  a busy machine.
 - ``forwarder``: the same non-streamed calls through a bare forwarder in the gateway's place: an ASGI
   app on the same server (uvicorn, relight's event loop) that passes the body to the upstream with the
   gateway's HTTP client and returns the answer's bytes, and does nothing else (no attempt check, no
@@ -190,6 +197,7 @@ async def loop(rollouts: int, concurrency: int, agent_kind: str, runners: int) -
         "failed": timed["rollouts_failed"],
         "cpu_ms_per_rollout": cpu / (2 * rollouts) * 1e3,
         "profile": sampler.shares(),
+        "profile_error": sampler.error,
     }
 
 
@@ -293,13 +301,15 @@ def main() -> None:
         f"{alone['ceiling_rollouts_per_s']:.0f} rollouts/s in one process; {alone['rollouts_per_s']:.0f}/s measured"
     )
     loops = [r for r in results if r["benchmark"] == "loop"]
-    table = Table(title="where the loop's CPU goes (share of busy samples)", title_justify="left")
+    table = Table(title="where the loop's CPU goes (share of samples of running threads, py-spy)", title_justify="left")
     table.add_column("part")
     for r in loops:
         table.add_column(f"{r['agent']}, {r['runners']} runner(s)", justify="right")
     for part in dict.fromkeys(part for r in loops for part in r["profile"]):
         table.add_row(part, *(f"{r['profile'].get(part, 0.0):.0%}" for r in loops))
     console.print(table)
+    for error in dict.fromkeys(r["profile_error"] for r in loops if r["profile_error"]):
+        console.print(f"[yellow]{error}[/]")
 
 
 if __name__ == "__main__":
