@@ -1,7 +1,7 @@
 """A two-agent CrewAI crew with a calculator, on the calc_agent's Calc-X-style word problems.
 
 The ``Analyst`` works the problem out with the ``calculator`` tool; the ``Reporter`` reads the
-analyst's work and states the result as ``Answer: <number>``. The reward is 1.0 for the right
+analyst's work and states the result on an ``Answer:`` line. The reward is 1.0 for the right
 number (after ``Answer:``, else the last number the reporter wrote). Only the analyst is trained
 (``TransitionBuilder(roles=["Analyst"])``): the reporter's calls stay in the episode but are not
 updated. The relight-specific lines are ``relight.instrument("crewai")``, the ``LLM`` built from the
@@ -53,21 +53,36 @@ def calculator(expression: str) -> str:
 
 
 def build_crew(llm: Any, question: str, *, temperature: float = 1.0) -> Crew:
-    """Analyst (with the calculator) → Reporter, in sequence."""
-    model = LLM(
-        model=f"openai/{llm.model}", base_url=llm.base_url, api_key=llm.api_key, temperature=temperature, max_tokens=64
-    )
+    """Analyst (with the calculator) → Reporter, in sequence; ``temperature`` is the analyst's.
+
+    The reporter answers greedily: it is not trained, so sampling it would only add noise to the
+    reward the analyst's work earns (SmolLM2 as the reporter restated the analyst's result greedily
+    on both problems tried, and in 2 of 16 samples at temperature 1; see README.md). Its expected
+    output names the format in words: given the placeholder ``Answer: <number>`` SmolLM2 copied ``<number>``.
+    """
+
+    def model(at: float) -> LLM:
+        return LLM(
+            model=f"openai/{llm.model}", base_url=llm.base_url, api_key=llm.api_key, temperature=at, max_tokens=64
+        )
+
     analyst = Agent(
         role=TRAINED_ROLE,
         goal="Work out the number a word problem asks for, one calculator call per step.",
         backstory="You never do arithmetic in your head.",
-        llm=model,
+        llm=model(temperature),
         tools=[calculator],
         max_iter=4,
     )
-    reporter = Agent(role="Reporter", goal="State the analyst's result.", backstory="You write one line.", llm=model)
+    reporter = Agent(
+        role="Reporter", goal="State the analyst's result.", backstory="You write one line.", llm=model(0.0)
+    )
     work = Task(description=question, expected_output="The number the problem asks for.", agent=analyst)
-    report = Task(description=f"State the result of: {question}", expected_output="Answer: <number>", agent=reporter)
+    report = Task(
+        description=f"State the result of: {question}",
+        expected_output="Answer: followed by the analyst's number",
+        agent=reporter,
+    )
     return Crew(agents=[analyst, reporter], tasks=[work, report], process=Process.sequential)
 
 

@@ -48,10 +48,18 @@ STEPS = replace(
 """One demonstrated task, learnt hard; one task per step, sampled three at a time (up to three times while flat)."""
 
 TOP_LAYERS = replace(STEPS, sft_steps=4, sft_lr=4e-4, trained_layers=10)
-"""calc and sql: only the top 10 of SmolLM2's 30 layers train, as in the calc recipe, so each SFT step and
-update costs about 1.7 forward passes instead of 4. Six SFT steps at 5e-4 on those layers made calc's
+"""calc, sql and crew: only the top 10 of SmolLM2's 30 layers train, as in the calc recipe, so each SFT step
+and update costs about 1.7 forward passes instead of 4. Six SFT steps at 5e-4 on those layers made calc's
 demonstrated task right in all 18 samples (no signal), hence 4 at 4e-4; rag's task then earned nothing
-in 19 samples, so rag keeps STEPS (all weights)."""
+in 19 samples, so rag keeps STEPS (all weights). STEPS broke crew's untrained reporter, which shares the
+weights: greedily it wrote ``<number>`` or ``<tool>%`` lines instead of the analyst's result."""
+
+CREW = replace(TOP_LAYERS, sft_steps=6, sft_lr=5e-4, samples_per_task=8)
+"""crew: both steps train the demonstrated one-step problem, in groups of 8. After TOP_LAYERS' warm start its
+analyst solved it in 2 of 9 samples and a two-step one in none of 9; after 6 steps at 5e-4, in 19 of 23, while
+other one-step problems earned nothing in 29 (0 of 10 with the same template and other numbers: the analyst
+multiplied the 12 of the calculator's example ``12 * (3 + 4)``). At 0.83 a group of 8 is all right with p 0.23,
+so a step stays flat after its two resamplings with p 0.01, and both steps with p 1e-4."""
 
 
 def scenario(name: str) -> dict[str, Any]:
@@ -83,17 +91,12 @@ def scenario(name: str) -> dict[str, Any]:
     import math_crew
     from crew_scripted import scripted_model
 
-    return {"agent": math_crew.solve, "train": math_crew.load("train"), "val": math_crew.load("test"),
+    plants = math_crew.load("train")[1:2]  # Chloe buys 18 plants at 15 dollars each: one calculator step
+    return {"agent": math_crew.solve, "train": plants, "val": math_crew.load("test"),
             "script": scripted_model, "roles": [math_crew.TRAINED_ROLE], "expect": {"Analyst"}}  # fmt: skip
 
 
-NO_SIGNAL_YET = pytest.mark.skip(
-    reason="crew: with a reward that demanded the untrained reporter's 'Answer:' line no sample earned any; the "
-    "reward that reads the reporter's last number has not yet run two steps here (issue 12)"
-)
-
-
-@pytest.mark.parametrize("name", ["calc", "sql", "rag", pytest.param("crew", marks=NO_SIGNAL_YET)])
+@pytest.mark.parametrize("name", ["calc", "sql", "rag", "crew"])
 def test_two_steps_train_the_right_roles_on_the_policy_each_step_left(
     name: str, smollm2_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -109,7 +112,7 @@ def test_two_steps_train_the_right_roles_on_the_policy_each_step_left(
     def remember(transitions: Sequence[Transition], metrics: Mapping[str, float]) -> None:
         updates.append((transitions, metrics))
 
-    recipe = TOP_LAYERS if name in ("calc", "sql") else STEPS
+    recipe = {"rag": STEPS, "crew": CREW}.get(name, TOP_LAYERS)
     engine = recipe_module.load_engine(smollm2_path)
     before = [parameter.detach().clone() for parameter in engine.model.parameters()]
     try:
