@@ -18,15 +18,12 @@
   trainer's process goes over both steps (agent/client, gateway, store, runner, trainer, event loop,
   the fake model): py-spy samples every thread's Python stack 100 times a second from outside the
   process, keeps the samples of threads the kernel has running or ready to run, and charges each to
-  the part of its innermost frame that belongs to one (:mod:`_sampler`; runner processes are not
-  sampled). It does not need the interpreter lock to look, so it is right under uvloop too, which
-  runs its callbacks from C: a sampling thread inside the process, which could look only when the
-  loop thread let go of the lock, saw it only between callbacks and charged their CPU, the
-  gateway's included, to the event loop. Where py-spy may not read the process (ptrace rights),
-  ``profile`` is empty and ``profile_error`` says why (else it is null). ``cpu_ms_per_rollout`` is
-  the trainer process's CPU time over both steps per rollout (the fake model's included): like the
-  gateway's CPU per call, it moves little with the machine's load, so it is the figure to compare on
-  a busy machine.
+  the part of its innermost frame that belongs to one (:mod:`_sampler`, which says why a sampler
+  outside the process is the one that is right under uvloop; runner processes are not sampled).
+  Where py-spy may not read the process (ptrace rights), ``profile`` is empty and ``profile_error``
+  says why (else it is null). ``cpu_ms_per_rollout`` is the trainer process's CPU time over both
+  steps per rollout (the fake model's included): like the gateway's CPU per call, it moves little
+  with the machine's load, so it is the figure to compare on a busy machine.
 - ``forwarder``: the same non-streamed calls through a bare forwarder in the gateway's place: an ASGI
   app on the same server (uvicorn, relight's event loop) that passes the body to the upstream with the
   gateway's HTTP client and returns the answer's bytes, and does nothing else (no attempt check, no
