@@ -452,9 +452,13 @@ class Trainer:
         """Enqueue rollouts and wait for all of them, showing progress (and checking the role filter early)."""
         rollouts = await loop.store.enqueue(requests)
         ids = [rollout.rollout_id for rollout in rollouts]
+        latest = {rollout.rollout_id: rollout for rollout in rollouts}
         with self.progress.batch(label, len(ids), calls=lambda: loop.gateway.stats.calls) as progress:
             while True:
-                rollouts = await loop.store.wait(ids, timeout=0.5)
+                # A finished rollout never changes again: only the others are waited on (and read again).
+                pending = [rollout_id for rollout_id, rollout in latest.items() if not rollout.is_finished]
+                latest.update((rollout.rollout_id, rollout) for rollout in await loop.store.wait(pending, timeout=0.5))
+                rollouts = [latest[rollout_id] for rollout_id in ids]
                 if loop.supervisor is not None:
                     loop.supervisor.check()
                     self.progress.health = loop.supervisor.health()

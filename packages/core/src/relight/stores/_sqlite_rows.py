@@ -19,6 +19,7 @@ __all__ = [
     "next_expiry",
     "queue",
     "require_attempt",
+    "require_rollout",
     "save_attempt",
     "save_rollout",
     "store_outcome",
@@ -76,12 +77,17 @@ def get_rollout(conn: sqlite3.Connection, rollout_id: str) -> Rollout:
     return rollout
 
 
+def require_rollout(conn: sqlite3.Connection, rollout_id: str) -> None:
+    """Raise NotFoundError unless the rollout exists (a cheap check: nothing is parsed)."""
+    if conn.execute("SELECT 1 FROM rollouts WHERE rollout_id = ?", (rollout_id,)).fetchone() is None:
+        raise _rules.rollout_not_found(rollout_id)
+
+
 def require_attempt(conn: sqlite3.Connection, rollout_id: str, attempt_id: str) -> None:
     """Raise NotFoundError unless the attempt exists (a cheap check: nothing is parsed)."""
     query = "SELECT 1 FROM attempts WHERE rollout_id = ? AND attempt_id = ?"
     if conn.execute(query, (rollout_id, attempt_id)).fetchone() is None:
-        if conn.execute("SELECT 1 FROM rollouts WHERE rollout_id = ?", (rollout_id,)).fetchone() is None:
-            raise _rules.rollout_not_found(rollout_id)
+        require_rollout(conn, rollout_id)
         raise _rules.attempt_not_found(rollout_id, attempt_id)
 
 

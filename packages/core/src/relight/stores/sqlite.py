@@ -7,8 +7,10 @@ Writes never run on the caller's thread. They queue for one writer thread
 (:mod:`relight.stores._sqlite_writer`), which commits every job that has gathered in a single
 transaction, each under its own savepoint so that a job that fails is undone alone. Many small
 writes thus cost one commit, and claims stay atomic because every claim is a write transaction:
-two workers never get one attempt, even from two processes sharing the file. Reads run on a small
-thread pool, one connection per thread; in WAL mode they see the last commit without waiting for the writer.
+two workers never get one attempt, even from two processes sharing the file. Reads run on a
+connection of the reading thread's own; in WAL mode they see the last commit without waiting for the
+writer. Those that find their rows by key (a rollout, its attempts or spans, a waiter's look) run on
+the caller's thread; those that may scan many rows (lists, summaries, stats) on a small thread pool.
 
 Waiting is event-driven within the process: a commit that changes a rollout's state wakes its
 waiters, and a waiter also wakes at the next lease expiry. A waiter is not woken by another
@@ -238,30 +240,39 @@ class SqliteStore:
 
     async def wait(self, rollout_ids: Sequence[str], *, timeout: float | None = None) -> list[Rollout]:
         rollout_ids = list(rollout_ids)
-        # A look follows every change, so it must not cost a parse of the whole batch each time (a
-        # trainer waits on hundreds of rollouts while they change hundreds of times a second): rows
-        # come in one query, and only those whose stored text changed since the last look are parsed.
+        # A look follows every change, so it must not cost a read of the whole batch each time (a
+        # trainer waits on hundreds of rollouts while they change hundreds of times a second). The
+        # first look reads every row; a later one only the rows changed since the look before (each
+        # write of a rollout bumps the change number of its summary in the same transaction), and a
+        # row is parsed only when its stored text changed.
         parsed: dict[str, tuple[str, Rollout]] = {}
-        ids = json.dumps(rollout_ids)
+        wanted = set(rollout_ids)
+        looked: int | None = None
+        """The latest change number at the last look (None before the first)."""
 
         def look(conn: sqlite3.Connection) -> tuple[list[Rollout], float | None]:
-            query = "SELECT rollout_id, data FROM rollouts WHERE rollout_id IN (SELECT value FROM json_each(?))"
-            rows: dict[str, str] = dict(conn.execute(query, (ids,)).fetchall())
-            rollouts: list[Rollout] = []
-            for rollout_id in rollout_ids:
-                data = rows.get(rollout_id)
-                if data is None:
-                    raise _rules.rollout_not_found(rollout_id)
+            nonlocal looked
+            (latest,) = conn.execute("SELECT value FROM counters WHERE name = 'summaries'").fetchone()
+            if looked is None:
+                query = "SELECT rollout_id, data FROM rollouts WHERE rollout_id IN (SELECT value FROM json_each(?))"
+                rows = conn.execute(query, (json.dumps(rollout_ids),)).fetchall()
+            else:
+                query = "SELECT m.rollout_id, r.data FROM summaries m JOIN rollouts r USING (seq) WHERE m.changed > ?"
+                rows = conn.execute(query, (looked,)).fetchall()
+            looked = latest
+            for rollout_id, data in rows:
                 known = parsed.get(rollout_id)
-                if known is None or known[0] != data:
-                    known = parsed[rollout_id] = (data, Rollout.model_validate_json(data))
-                rollouts.append(known[1])
-            return rollouts, _rows.next_expiry(conn)
+                if rollout_id in wanted and (known is None or known[0] != data):
+                    parsed[rollout_id] = (data, Rollout.model_validate_json(data))
+            for rollout_id in rollout_ids:
+                if rollout_id not in parsed:
+                    raise _rules.rollout_not_found(rollout_id)
+            return [parsed[rollout_id][1] for rollout_id in rollout_ids], _rows.next_expiry(conn)
 
         deadline = deadline_after(timeout)
         while True:
             seen = self._changes.version
-            rollouts, next_expiry = await self._read(look)
+            rollouts, next_expiry = self._read_here(look)
             if all(rollout.is_finished for rollout in rollouts):
                 return rollouts
             if next_expiry is not None and next_expiry <= self._clock():
@@ -271,7 +282,7 @@ class SqliteStore:
                 return rollouts
 
     async def get_rollout(self, rollout_id: str) -> Rollout:
-        return await self._read(lambda conn: _rows.get_rollout(conn, rollout_id))
+        return self._read_here(lambda conn: _rows.get_rollout(conn, rollout_id))
 
     async def list_rollouts(
         self,
@@ -302,10 +313,10 @@ class SqliteStore:
 
     async def list_attempts(self, rollout_id: str) -> list[Attempt]:
         def read(conn: sqlite3.Connection) -> list[Attempt]:
-            _rows.get_rollout(conn, rollout_id)
+            _rows.require_rollout(conn, rollout_id)
             return _rows.attempts(conn, rollout_id)
 
-        return await self._read(read)
+        return self._read_here(read)
 
     # -- spans --------------------------------------------------------------------------------
 
@@ -340,14 +351,14 @@ class SqliteStore:
 
     async def query_spans(self, rollout_id: str, attempt_id: str | None = None) -> list[Span]:
         def read(conn: sqlite3.Connection) -> list[Span]:
-            _rows.get_rollout(conn, rollout_id)
+            _rows.require_rollout(conn, rollout_id)
             rows = conn.execute(
                 "SELECT data FROM spans WHERE rollout_id = ?1 AND (?2 IS NULL OR attempt_id = ?2) ORDER BY sequence_id",
                 (rollout_id, attempt_id),
             )
             return [Span.model_validate_json(data) for (data,) in rows]
 
-        return await self._read(read)
+        return self._read_here(read)
 
     # -- resources ----------------------------------------------------------------------------
 
@@ -423,6 +434,16 @@ class SqliteStore:
         """Run ``fn`` on a reader thread, inside one read transaction (a consistent snapshot)."""
         self._check_open()
         return await asyncio.get_running_loop().run_in_executor(self._readers, self._read_now, fn)
+
+    def _read_here(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` on this thread, inside one read transaction: for reads that find their rows by key.
+
+        Such a read takes microseconds of SQLite (in WAL mode a reader never waits for the writer),
+        less than the hop to a reader thread and back costs; the parsing of what it found holds the
+        interpreter lock on any thread.
+        """
+        self._check_open()
+        return self._read_now(fn)
 
     def _read_now(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         conn: sqlite3.Connection | None = getattr(self._reader_local, "connection", None)
