@@ -38,6 +38,7 @@ Every part runs on relight's event loop (:mod:`relight._loop`: uvloop where inst
 
     python benchmarks/gateway_overhead.py            # a table
     python benchmarks/gateway_overhead.py --json     # one JSON object per line
+    python benchmarks/gateway_overhead.py --json --only loop   # only the loop's rows (also: latency, agent_alone)
 """
 
 from __future__ import annotations
@@ -233,18 +234,28 @@ def main() -> None:
     parser.add_argument("--rollouts", type=int, default=400, help="rollouts through the loop (default 400)")
     parser.add_argument("--concurrency", type=int, default=32, help="rollouts at once, over all runners (default 32)")
     parser.add_argument("--json", action="store_true", help="one JSON object per line instead of tables")
+    parser.add_argument(
+        "--only",
+        choices=("latency", "agent_alone", "loop"),
+        help="run only this benchmark's rows (latency: and the bare forwarder's); needs --json",
+    )
     args = parser.parse_args()
+    if args.only and not args.json:
+        parser.error("--only needs --json")
     console = Console(stderr=args.json)
+    wanted = {args.only} if args.only else {"latency", "agent_alone", "loop"}
 
     results: list[dict[str, Any]] = []
-    for stream, reply in ((False, "ok"), (True, "ok"), (True, LONG_REPLY)):
-        with console.status(f"latency, stream={stream}, {len(reply)} characters…"):
-            results.append(_loop.run(latency(args.calls, stream, reply)))
-    with console.status("a bare forwarder in the gateway's place…"):
-        results.append(_loop.run(forwarder(args.calls)))
-    with console.status("the agent alone, straight to the upstream…"):
-        results.append(_loop.run(agent_alone(args.rollouts, args.concurrency)))
-    for agent_kind, runners in (("async", 1), ("sync", 1), ("sync", 2)):
+    if "latency" in wanted:
+        for stream, reply in ((False, "ok"), (True, "ok"), (True, LONG_REPLY)):
+            with console.status(f"latency, stream={stream}, {len(reply)} characters…"):
+                results.append(_loop.run(latency(args.calls, stream, reply)))
+        with console.status("a bare forwarder in the gateway's place…"):
+            results.append(_loop.run(forwarder(args.calls)))
+    if "agent_alone" in wanted:
+        with console.status("the agent alone, straight to the upstream…"):
+            results.append(_loop.run(agent_alone(args.rollouts, args.concurrency)))
+    for agent_kind, runners in (("async", 1), ("sync", 1), ("sync", 2)) if "loop" in wanted else ():
         with console.status(f"loop, {agent_kind} agent, {runners} runner process(es)…"):
             concurrency = args.concurrency // runners
             results.append(_loop.run(loop(args.rollouts, concurrency, agent_kind, runners)))
