@@ -297,6 +297,49 @@ async def test_an_sse_stream_cut_off_midway_closes_its_events() -> None:
     assert sent[0] == b"first"
 
 
+class StallingUpstream:
+    """Sends a stream's first chunk, then nothing more until the stream is let go."""
+
+    name = "stalling"
+
+    def __init__(self) -> None:
+        self.released = asyncio.Event()
+
+    async def complete(self, endpoint: Any, body: Any) -> Any:
+        raise AssertionError("only streams")
+
+    async def stream(self, endpoint: Any, body: Any) -> AsyncIterator[Any]:
+        try:
+            yield {"id": "up", "model": "scripted", "choices": [{"index": 0, "delta": {"content": "Sun"}}]}
+            await asyncio.Event().wait()
+        finally:
+            self.released.set()
+
+    async def models(self) -> list[str]:
+        return ["scripted"]
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def test_a_client_that_leaves_midway_ends_the_stream_and_its_span_says_so() -> None:
+    store = InMemoryStore()
+    (session,) = await start_attempts(store, 1)
+    upstream = StallingUpstream()
+    async with Gateway(store, [upstream]) as gateway:
+        url = gateway.base_url_for(session.rollout_id, session.attempt_id)
+        body = {"model": "scripted", "messages": MESSAGES, "stream": True}
+        async with httpx.AsyncClient() as http, http.stream("POST", f"{url}/chat/completions", json=body) as response:
+            first = await anext(response.aiter_lines())
+        assert json.loads(first.removeprefix("data: "))["choices"][0]["delta"]["content"] == "Sun"
+        await asyncio.wait_for(upstream.released.wait(), SETTLE)  # the client has gone: the upstream is let go
+        await gateway.flush()
+        (span,) = await store.query_spans(session.rollout_id, session.attempt_id)
+        assert gateway.in_flight == 0
+    assert span.status_code == "ERROR"
+    assert span.attributes[semconv.ERROR_TYPE] == "client_disconnected"
+
+
 async def test_unreachable_upstream_is_a_502() -> None:
     store = InMemoryStore()
     (session,) = await start_attempts(store, 1)

@@ -420,8 +420,9 @@ class ForClient:
         choices: list[Json] = answer.get("choices") or []
         if not choices and not self.wants_usage:
             return None
-        hidden = self.hidden
-        shaped = {key: value for key, value in answer.items() if key not in hidden}
+        shaped = dict(answer)  # a copy, then the few keys to drop: half the time of a filtering comprehension
+        for key in self.hidden:
+            shaped.pop(key, None)
         shaped["id"] = self.response_id
         if not self.keep_ids:
             shaped.pop("prompt_token_ids", None)
@@ -430,7 +431,10 @@ class ForClient:
         return shaped
 
     def _strip(self, choice: Json) -> Json:
-        stripped = {key: value for key, value in choice.items() if self.keep_ids or key not in _INJECTED_IDS}
+        stripped = dict(choice)
+        if not self.keep_ids:
+            for key in _INJECTED_IDS:
+                stripped.pop(key, None)
         if not self.keep_logprobs and "logprobs" in stripped:
             stripped["logprobs"] = None
         return stripped

@@ -22,6 +22,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from relight.gateway import _json, anthropic, responses
 from relight.gateway.errors import GatewayError, UpstreamError, error_body
@@ -107,7 +108,37 @@ async def sse_response(events: AsyncIterator[bytes]) -> Response:
         async for burst in _bursts(events):
             yield burst
 
-    return StreamingResponse(body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+    return EventStreamResponse(body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+
+class EventStreamResponse(StreamingResponse):
+    """Starlette's streaming response, minus the anyio task group it starts for every response under
+    uvicorn (ASGI 2.3) to notice a client that goes away.
+
+    A plain task watches for the disconnect instead and cancels the sending task, as the task
+    group's cancel scope does. The task group (its task, its cancel scope, and a cancellation
+    reason that formats a task's repr) and the queue :func:`_bursts` used made ~300 of the ~1,070
+    Python calls the gateway spent on a short stream (cProfile).
+    """
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        sending = asyncio.current_task()
+        assert sending is not None
+        watching = asyncio.create_task(_cancel_on_disconnect(receive, sending))
+        try:
+            await self.stream_response(send)
+        except asyncio.CancelledError:
+            if not watching.done() or watching.cancelled():
+                raise  # cancelled by someone else (the server shutting down)
+            sending.uncancel()  # the client went away: the response is over, not the server's task
+        finally:
+            watching.cancel()
+
+
+async def _cancel_on_disconnect(receive: Receive, task: asyncio.Task[Any]) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    task.cancel()
 
 
 async def _bursts(events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
@@ -117,28 +148,34 @@ async def _bursts(events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
     send (~1 ms over a 50-chunk reply). A task of its own draws the events, so the ones that have
     gathered by the time this side wakes form a burst, and no event waits for a later one.
     """
-    queue: asyncio.Queue[bytes | Exception | None] = asyncio.Queue()
+    ready: list[bytes] = []
+    ended: list[Exception | None] = []  # None once the events are over, or the error that ended them
+    arrived = asyncio.Event()  # a list and an event: an asyncio.Queue costs ~0.3 µs more per event
 
     async def draw() -> None:
         try:
             async for event in events:
-                queue.put_nowait(event)
+                ready.append(event)
+                arrived.set()
         except Exception as error:  # raised on this side
-            queue.put_nowait(error)
+            ended.append(error)
         else:
-            queue.put_nowait(None)
+            ended.append(None)
+        arrived.set()
 
     drawing = asyncio.create_task(draw())
     try:
         while True:
-            burst = [await queue.get()]
-            while not queue.empty():
-                burst.append(queue.get_nowait())
-            if joined := b"".join(event for event in burst if isinstance(event, bytes)):
-                yield joined
-            if isinstance(end := burst[-1], Exception):
-                raise end
-            if end is None:
+            await arrived.wait()
+            arrived.clear()
+            over = bool(ended)  # looked at first: every event drawn before the end is in `ready` now
+            if ready:
+                burst = b"".join(ready)
+                ready.clear()
+                yield burst
+            if over:
+                if ended[0] is not None:
+                    raise ended[0]
                 return
     finally:
         drawing.cancel()

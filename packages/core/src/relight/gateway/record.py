@@ -100,15 +100,19 @@ class Exchange:
             self.text.append(text)
         if choice.get("prompt_token_ids") is not None:
             self.prompt_token_ids = list(choice["prompt_token_ids"])
-        if choice.get("token_ids") is not None:
-            self.response_token_ids = [*(self.response_token_ids or ()), *choice["token_ids"]]
+        token_ids: list[int] | None = choice.get("token_ids")
+        if token_ids is not None:  # extended in place: a stream's chunks cost the same at its end as at its start
+            if self.response_token_ids is None:
+                self.response_token_ids = []
+            self.response_token_ids += token_ids
         logprobs: Json | None = choice.get("logprobs")
         if logprobs:
+            if self.logprobs is None:
+                self.logprobs = []
             if self.endpoint == "chat":
-                values = [entry["logprob"] for entry in logprobs.get("content") or ()]
+                self.logprobs += [entry["logprob"] for entry in logprobs.get("content") or ()]
             else:
-                values = list(logprobs.get("token_logprobs") or ())
-            self.logprobs = [*(self.logprobs or ()), *values]
+                self.logprobs += logprobs.get("token_logprobs") or ()
         if choice.get("finish_reason"):
             self.finish_reason = choice["finish_reason"]
 

@@ -198,7 +198,7 @@ class OpenAIUpstream:
                         if data == b"[DONE]":  # the body ends just after: read to its end, so the connection is reused
                             done = True
                             continue
-                        chunk = cast(Json, _json.loads(data))
+                        chunk: Json = _json.loads(data)
                         if "error" in chunk:
                             raise UpstreamError(f"the stream broke off: {_error_message(data)}")
                         if not self._reported and self.vllm is not False and chunk.get("choices"):
