@@ -33,6 +33,7 @@ SYSTEM_PROMPT = (
     "When you know the result, reply with 'Answer: <number>' and nothing else."
 )
 MAX_TOOL_ROUNDS = 3
+"""Calculator rounds a solution may take; the model call after the last one must answer."""
 MAX_TOKENS = 64
 
 _OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
@@ -69,13 +70,21 @@ def model_client(llm: Any, *, temperature: float = 1.0) -> OpenAIChatCompletionC
 
 
 def build_solver(client: OpenAIChatCompletionClient) -> AssistantAgent:
+    """The solver: its answer is a model call that sees the calculator and chooses not to use it.
+
+    One iteration more than the calculator rounds, and no reflection: with ``reflect_on_tool_use``
+    a solver that was still calling the calculator when the rounds ran out got one more call
+    without the tool, and answered there. Training then rewarded calling to the limit (a one-step
+    problem computed three times, then answered in the reflection) and taught the model to never
+    stop by itself. Here a solver that runs out of rounds ends on a tool result, which is no answer.
+    """
     return AssistantAgent(
         "solver",
         model_client=client,
         tools=[calculator],
         system_message=SYSTEM_PROMPT,
-        max_tool_iterations=MAX_TOOL_ROUNDS,
-        reflect_on_tool_use=True,
+        max_tool_iterations=MAX_TOOL_ROUNDS + 1,
+        reflect_on_tool_use=False,
     )
 
 
