@@ -11,6 +11,7 @@ import pytest
 from calc_scripted import scripted_model
 
 from relight.testing.examples import example_file, run_example
+from relight.testing.scripts import Reply, ScriptRequest, ToolCall
 
 
 async def test_dev_mode_solves_every_problem_with_calculator_calls_of_the_solver(dev) -> None:
@@ -27,6 +28,22 @@ async def test_a_wrong_answer_earns_nothing(dev) -> None:
     task = {**calc_data.load("test")[0], "answer": -1.0}
     run = await dev(calc_agent.solve, [task], scripted_model)
     assert run.rewards == [0.0]
+
+
+async def test_a_solver_still_calling_the_calculator_when_its_rounds_run_out_earns_nothing(dev) -> None:
+    """It must stop by itself: no last call without the calculator lets it answer after it ran out."""
+    task = calc_data.load("test")[0]
+    offered: list[bool] = []
+
+    def calls_while_it_may(request: ScriptRequest) -> Reply | str:
+        offered.append(bool(request.body.get("tools")))
+        if offered[-1]:
+            return Reply(tool_calls=[ToolCall("calculator", {"expression": "1 + 1"})])
+        return f"Answer: {task['answer']:g}"
+
+    run = await dev(calc_agent.solve, [task], calls_while_it_may)
+    assert run.rewards == [0.0]
+    assert offered == [True] * (calc_agent.MAX_TOOL_ROUNDS + 1)
 
 
 def test_the_readme_command_runs_offline(tmp_path: Path) -> None:
