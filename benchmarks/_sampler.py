@@ -101,7 +101,8 @@ class Sampler:
         if self._output.exists():
             for line in self._output.read_text(errors="replace").splitlines():
                 stack, _, count = line.rpartition(" ")
-                self.samples[self._part(stack.split(";"))] += int(count)
+                if count.isdigit():  # seen once: a line ending in "MainThread;" with no count, which failed the run
+                    self.samples[self._part(stack.split(";"))] += int(count)
         shutil.rmtree(self._output.parent, ignore_errors=True)
 
     def _stop(self) -> None:
