@@ -255,10 +255,11 @@ def main() -> None:
     if "agent_alone" in wanted:
         with console.status("the agent alone, straight to the upstream…"):
             results.append(_loop.run(agent_alone(args.rollouts, args.concurrency)))
-    for agent_kind, runners in (("async", 1), ("sync", 1), ("sync", 2)) if "loop" in wanted else ():
-        with console.status(f"loop, {agent_kind} agent, {runners} runner process(es)…"):
-            concurrency = args.concurrency // runners
-            results.append(_loop.run(loop(args.rollouts, concurrency, agent_kind, runners)))
+    if "loop" in wanted:
+        for agent_kind, runners in (("async", 1), ("sync", 1), ("sync", 2)):
+            with console.status(f"loop, {agent_kind} agent, {runners} runner process(es)…"):
+                concurrency = args.concurrency // runners
+                results.append(_loop.run(loop(args.rollouts, concurrency, agent_kind, runners)))
 
     if args.json:
         for result in results:

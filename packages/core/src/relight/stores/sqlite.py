@@ -247,8 +247,7 @@ class SqliteStore:
         # row is parsed only when its stored text changed.
         parsed: dict[str, tuple[str, Rollout]] = {}
         wanted = set(rollout_ids)
-        looked: int | None = None
-        """The latest change number at the last look (None before the first)."""
+        looked: int | None = None  # the latest change number at the last look (None before the first)
 
         def look(conn: sqlite3.Connection) -> tuple[list[Rollout], float | None]:
             nonlocal looked
