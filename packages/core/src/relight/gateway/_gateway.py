@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -25,7 +25,7 @@ from relight.gateway.errors import GatewayError, UpstreamError
 from relight.gateway.record import Exchange, TraceParent, random_hex
 from relight.gateway.retokenize import HuggingFaceRetokenizer, Retokenizer
 from relight.gateway.sessions import SessionChecker, api_key_for, attempt_of_request
-from relight.gateway.upstreams import Endpoint, Upstream, UpstreamPool, as_upstream
+from relight.gateway.upstreams import Endpoint, Upstream, UpstreamPool, as_upstream, bursts_of
 from relight.gateway.validate import check_messages, check_sampling
 from relight.store import Store
 
@@ -253,11 +253,14 @@ class Gateway(AsgiServer):
         *,
         response_id: str | None = None,
         trace_parent: TraceParent | None = None,
-    ) -> AsyncIterator[Json]:
-        """Like :meth:`complete` for ``stream: true``: yields the chunks the client should get.
+    ) -> AsyncIterator[Iterator[Json]]:
+        """Like :meth:`complete` for ``stream: true``: yields the chunks the client should get, those
+        that arrived together as one iterator (:func:`~relight.gateway.upstreams.bursts_of`), which
+        records and shapes each as it is reached. Read each to its end before asking for the next.
 
         The span, holding the whole response, is recorded before the iterator ends, also when the
-        upstream fails midway (then GatewayError is raised) or the client goes away.
+        upstream fails midway (then GatewayError is raised, after the chunks before the failure)
+        or the client goes away.
         """
         validate_request(endpoint, body)
         exchange = self._exchange(session, endpoint, body, response_id, trace_parent)
@@ -266,12 +269,12 @@ class Gateway(AsgiServer):
             with self.pool.use(session.rollout_id) as upstream:
                 exchange.upstream = upstream.name
                 for_client = ForClient(body, exchange.response_id)
+                broken: list[Exception] = []  # what ended a burst early: raised once its chunks are out
                 try:
-                    async for chunk in upstream.stream(endpoint, body):
-                        exchange.add(chunk)
-                        shaped = for_client(chunk)
-                        if shaped is not None:
-                            yield shaped
+                    async for burst in bursts_of(upstream, endpoint, body):
+                        yield _taken(exchange, for_client, burst, broken)
+                        if broken:
+                            raise broken[0]
                 except (UpstreamError, LookupError, TypeError, ValueError) as error:
                     raise self._failed(exchange, error, record=False) from error
                 except (asyncio.CancelledError, GeneratorExit):
@@ -381,6 +384,20 @@ def _is_power_of_ten(count: int) -> bool:
     while count % 10 == 0:
         count //= 10
     return count == 1
+
+
+def _taken(
+    exchange: Exchange, for_client: ForClient, chunks: Iterable[Json], broken: list[Exception]
+) -> Iterator[Json]:
+    """``chunks`` added to the exchange and shaped for the client, one at a time; one that is malformed
+    (or an upstream error on the way) ends them and is put in ``broken``."""
+    try:
+        for chunk in chunks:
+            exchange.add(chunk)
+            if (shaped := for_client(chunk)) is not None:
+                yield shaped
+    except (UpstreamError, LookupError, TypeError, ValueError) as error:
+        broken.append(error)
 
 
 def validate_request(endpoint: Endpoint, body: Json) -> None:

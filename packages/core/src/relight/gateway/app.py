@@ -14,7 +14,7 @@ Each handler is the same few steps, which a new endpoint reuses: :func:`gateway_
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any, cast
 
 from starlette.applications import Starlette
@@ -95,9 +95,14 @@ def json_response(content: Json, status_code: int = 200) -> Response:
     return Response(_json.dumps(content), status_code, media_type="application/json")
 
 
-async def sse_response(events: AsyncIterator[bytes]) -> Response:
+async def sse_response(events: AsyncIterator[bytes], *, gathered: bool = False) -> Response:
     """Stream server-sent events. The first event is awaited here, so a GatewayError raised before
-    anything was sent is still an ordinary HTTP error with its status code."""
+    anything was sent is still an ordinary HTTP error with its status code.
+
+    Events that are ready together go out in one write (:func:`_bursts`). ``gathered`` says that
+    each item of ``events`` already holds all that were (a route that reads its upstream in bursts,
+    :meth:`Gateway.stream`): they go out as they come, without a task to gather them.
+    """
     try:
         first = await anext(events)
     except StopAsyncIteration:
@@ -105,7 +110,7 @@ async def sse_response(events: AsyncIterator[bytes]) -> Response:
 
     async def body() -> AsyncIterator[bytes]:
         yield first
-        async for burst in _bursts(events):
+        async for burst in events if gathered else _bursts(events):
             yield burst
 
     return EventStreamResponse(body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
@@ -196,17 +201,19 @@ async def _serve(endpoint: Endpoint, request: Request) -> Response:
     trace_parent = TraceParent.parse(request.headers.get("traceparent"))
     if not body.get("stream"):
         return json_response(await gateway.complete(session, endpoint, body, trace_parent=trace_parent))
-    chunks = gateway.stream(session, endpoint, body, trace_parent=trace_parent)
-    return await sse_response(_openai_events(chunks))
+    bursts = gateway.stream(session, endpoint, body, trace_parent=trace_parent)
+    return await sse_response(_openai_events(bursts), gathered=True)
 
 
-async def _openai_events(chunks: AsyncIterator[Json]) -> AsyncIterator[bytes]:
-    """OpenAI's SSE framing; a failure midway becomes an error event, as OpenAI's servers send."""
+async def _openai_events(bursts: AsyncIterator[Iterator[Json]]) -> AsyncIterator[bytes]:
+    """OpenAI's SSE framing, the chunks that arrived together in one piece; a failure midway becomes an
+    error event, as OpenAI's servers send."""
     started = False
     try:
-        async for chunk in chunks:
-            started = True
-            yield b"data: " + _json.dumps(chunk) + b"\n\n"
+        async for burst in bursts:
+            if events := [b"data: " + _json.dumps(chunk) + b"\n\n" for chunk in burst]:
+                started = True
+                yield b"".join(events)
     except GatewayError as error:
         if not started:
             raise
@@ -229,18 +236,17 @@ async def _responses(request: Request) -> Response:
 
     async def events() -> AsyncIterator[bytes]:
         try:
-            async for chunk in gateway.stream(session, "chat", chat, trace_parent=trace_parent):
-                for event in translator.feed(chunk):
-                    yield responses.sse(event)
+            async for burst in gateway.stream(session, "chat", chat, trace_parent=trace_parent):
+                if framed := [responses.sse(event) for chunk in burst for event in translator.feed(chunk)]:
+                    yield b"".join(framed)
             closing = translator.finish()
         except GatewayError as error:
             if not translator.started:
                 raise
             closing = translator.fail(error.message)
-        for event in closing:
-            yield responses.sse(event)
+        yield b"".join([responses.sse(event) for event in closing])
 
-    return await sse_response(events())
+    return await sse_response(events(), gathered=True)
 
 
 async def _messages(request: Request) -> Response:
@@ -267,20 +273,19 @@ async def _serve_messages(request: Request) -> Response:
     translator = anthropic.MessageStream(str(chat["model"]), message_id)
 
     async def events() -> AsyncIterator[bytes]:
-        chunks = gateway.stream(session, "chat", chat, response_id=message_id, trace_parent=trace_parent)
+        bursts = gateway.stream(session, "chat", chat, response_id=message_id, trace_parent=trace_parent)
         try:
-            async for chunk in chunks:
-                for event in translator.feed(chunk):
-                    yield anthropic.sse(event)
+            async for burst in bursts:
+                if framed := [anthropic.sse(event) for chunk in burst for event in translator.feed(chunk)]:
+                    yield b"".join(framed)
         except GatewayError as error:
             if not translator.started:
                 raise
             yield anthropic.sse(anthropic.error_body(error.status_code, error.message))
             return
-        for event in translator.finish():
-            yield anthropic.sse(event)
+        yield b"".join([anthropic.sse(event) for event in translator.finish()])
 
-    return await sse_response(events())
+    return await sse_response(events(), gathered=True)
 
 
 async def _models(request: Request) -> Response:

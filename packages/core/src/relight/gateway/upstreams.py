@@ -13,7 +13,7 @@ import json
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Generator, Sequence
+from collections.abc import AsyncIterator, Generator, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal, Protocol, cast, runtime_checkable
 
@@ -23,7 +23,7 @@ from relight.gateway import _json
 from relight.gateway._http import HttpClient, HttpResponse
 from relight.gateway.errors import UpstreamError
 
-__all__ = ["Endpoint", "EngineUpstream", "OpenAIUpstream", "Upstream", "UpstreamPool", "as_upstream"]
+__all__ = ["Endpoint", "EngineUpstream", "OpenAIUpstream", "Upstream", "UpstreamPool", "as_upstream", "bursts_of"]
 
 Endpoint = Literal["chat", "completions"]
 """``/v1/chat/completions`` or ``/v1/completions``."""
@@ -184,13 +184,28 @@ class OpenAIUpstream:
         return answer
 
     async def stream(self, endpoint: Endpoint, body: Json) -> AsyncIterator[Json]:
+        async for burst in self.bursts(endpoint, body):
+            for chunk in burst:
+                yield chunk
+
+    async def bursts(self, endpoint: Endpoint, body: Json) -> AsyncIterator[Iterator[Json]]:
+        """The stream's chunks: those that arrived in one read together as one iterator, which parses
+        each as it is reached. Read each to its end before asking for the next.
+
+        A fast server sends a whole reply in one read: the gateway then handles it, and writes it to
+        its client, once instead of once for every chunk. Parsed one at a time, the chunks of a read
+        are never all in memory together: a reply's worth of parsed chunks alive at once makes the
+        garbage collector run, and move them to its older generations, far more often. A chunk that
+        breaks the stream (an error event, malformed JSON) raises where it is reached.
+        """
         try:
             response = await self._open_stream(_PATHS[endpoint], endpoint, body)
             async with response:
                 done = False
                 pending = b""  # a line not yet ended (a first vLLM chunk carries the whole prompt's ids)
-                async for received in _reads(response):  # all that arrived together, in one wake-up
-                    *lines, pending = (pending + received).split(b"\n")
+
+                def chunks(lines: list[bytes]) -> Iterator[Json]:
+                    nonlocal done
                     for line in lines:
                         if done or not line.startswith(b"data:"):
                             continue
@@ -198,14 +213,21 @@ class OpenAIUpstream:
                         if data == b"[DONE]":  # the body ends just after: read to its end, so the connection is reused
                             done = True
                             continue
-                        chunk: Json = _json.loads(data)
-                        if "error" in chunk:
-                            raise UpstreamError(f"the stream broke off: {_error_message(data)}")
-                        if not self._reported and self.vllm is not False and chunk.get("choices"):
-                            self._report(chunk)
-                        yield chunk
+                        yield self._chunk(data)
+
+                async for received in _reads(response):  # all that arrived together, in one wake-up
+                    *lines, pending = (pending + received).split(b"\n")
+                    yield chunks(lines)
         except OSError as error:
             raise UpstreamError(f"{self.name} did not answer: {_describe(error)}") from error
+
+    def _chunk(self, data: bytes) -> Json:
+        chunk: Json = _json.loads(data)
+        if "error" in chunk:
+            raise UpstreamError(f"the stream broke off: {_error_message(data)}")
+        if not self._reported and self.vllm is not False and chunk.get("choices"):
+            self._report(chunk)
+        return chunk
 
     async def _open_stream(self, path: str, endpoint: Endpoint, body: Json) -> HttpResponse:
         """The streaming response, once the server accepts the request (adapting as :meth:`complete` does)."""
@@ -269,6 +291,19 @@ class EngineUpstream:
 
     async def aclose(self) -> None:
         return None
+
+
+def bursts_of(upstream: Upstream, endpoint: Endpoint, body: Json) -> AsyncIterator[Iterable[Json]]:
+    """``upstream``'s stream, the chunks that arrived together as one iterable (:meth:`OpenAIUpstream.bursts`),
+    or one by one from any other upstream. Read each to its end before asking for the next."""
+    if isinstance(upstream, OpenAIUpstream):
+        return upstream.bursts(endpoint, body)
+    return _one_by_one(upstream.stream(endpoint, body))
+
+
+async def _one_by_one(chunks: AsyncIterator[Json]) -> AsyncIterator[Iterable[Json]]:
+    async for chunk in chunks:
+        yield (chunk,)
 
 
 def as_upstream(target: UpstreamTarget | Upstream) -> Upstream:
