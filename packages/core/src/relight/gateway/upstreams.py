@@ -215,9 +215,11 @@ class OpenAIUpstream:
                             continue
                         yield self._chunk(data)
 
-                async for received in _reads(response):  # all that arrived together, in one wake-up
+                while (received := await response.next_body()) is not None:  # all that arrived together
                     *lines, pending = (pending + received).split(b"\n")
                     yield chunks(lines)
+                if pending:  # a last line without its newline
+                    yield chunks([pending])
         except OSError as error:
             raise UpstreamError(f"{self.name} did not answer: {_describe(error)}") from error
 
@@ -254,13 +256,6 @@ class OpenAIUpstream:
         if self._http is not None:
             await self._http.aclose()
             self._http = None
-
-
-async def _reads(response: HttpResponse) -> AsyncIterator[bytes]:
-    """The body as it arrives, then a newline, so that a last line without one is read too."""
-    async for data in response.iter_body():
-        yield data
-    yield b"\n"
 
 
 class EngineUpstream:
