@@ -24,6 +24,7 @@ its own (:mod:`relight.stores._sqlite_summaries`); a file made before it existed
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import sqlite3
 import threading
@@ -103,6 +104,8 @@ class SqliteStore:
         self._reader_local = threading.local()
         self._reader_connections: list[sqlite3.Connection] = []
         self._reader_lock = threading.Lock()
+        # Rollouts by their stored text: a waiter sees the same unchanged rows at every call.
+        self._parse_rollout = functools.lru_cache(maxsize=4096)(Rollout.model_validate_json)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> SqliteStore:
@@ -240,45 +243,47 @@ class SqliteStore:
 
     async def wait(self, rollout_ids: Sequence[str], *, timeout: float | None = None) -> list[Rollout]:
         rollout_ids = list(rollout_ids)
-        # A look follows every change, so it must not cost a read of the whole batch each time (a
-        # trainer waits on hundreds of rollouts while they change hundreds of times a second). The
-        # first look reads every row; a later one only the rows changed since the look before (each
-        # write of a rollout bumps the change number of its summary in the same transaction), and a
-        # row is parsed only when its stored text changed.
-        parsed: dict[str, tuple[str, Rollout]] = {}
+        # A look follows every change, so it must cost what changed, not the batch (a trainer waits on
+        # hundreds of rollouts while they change hundreds of times a second, and waits again every
+        # half second). The first look reads every row; a later one only the rows changed since the
+        # look before (each write of a rollout bumps the change number of its summary in the same
+        # transaction). A row's text is parsed once across looks and calls (the store's parse cache),
+        # and the rollouts still running are counted as they change, not scanned on every look.
         wanted = set(rollout_ids)
+        latest: dict[str, Rollout] = {}
+        running: set[str] = set()
         looked: int | None = None  # the latest change number at the last look (None before the first)
 
-        def look(conn: sqlite3.Connection) -> tuple[list[Rollout], float | None]:
+        def look(conn: sqlite3.Connection) -> float | None:
             nonlocal looked
-            (latest,) = conn.execute("SELECT value FROM counters WHERE name = 'summaries'").fetchone()
+            (change,) = conn.execute("SELECT value FROM counters WHERE name = 'summaries'").fetchone()
             if looked is None:
                 query = "SELECT rollout_id, data FROM rollouts WHERE rollout_id IN (SELECT value FROM json_each(?))"
                 rows = conn.execute(query, (json.dumps(rollout_ids),)).fetchall()
             else:
                 query = "SELECT m.rollout_id, r.data FROM summaries m JOIN rollouts r USING (seq) WHERE m.changed > ?"
                 rows = conn.execute(query, (looked,)).fetchall()
-            looked = latest
             for rollout_id, data in rows:
-                known = parsed.get(rollout_id)
-                if rollout_id in wanted and (known is None or known[0] != data):
-                    parsed[rollout_id] = (data, Rollout.model_validate_json(data))
-            for rollout_id in rollout_ids:
-                if rollout_id not in parsed:
-                    raise _rules.rollout_not_found(rollout_id)
-            return [parsed[rollout_id][1] for rollout_id in rollout_ids], _rows.next_expiry(conn)
+                if rollout_id in wanted:
+                    rollout = latest[rollout_id] = self._parse_rollout(data)
+                    (running.discard if rollout.is_finished else running.add)(rollout_id)
+            if looked is None and len(latest) < len(wanted):
+                raise _rules.rollout_not_found(next(i for i in rollout_ids if i not in latest))
+            looked = change
+            return _rows.next_expiry(conn)
 
         deadline = deadline_after(timeout)
         while True:
             seen = self._changes.version
-            rollouts, next_expiry = self._read_here(look)
-            if all(rollout.is_finished for rollout in rollouts):
-                return rollouts
+            next_expiry = self._read_here(look)
+            if not running:
+                break
             if next_expiry is not None and next_expiry <= self._clock():
                 await self._write(self._reap)
                 continue
             if not await self._changes.wait(seen, deadline=deadline, next_expiry=next_expiry):
-                return rollouts
+                break
+        return [latest[rollout_id] for rollout_id in rollout_ids]
 
     async def get_rollout(self, rollout_id: str) -> Rollout:
         return self._read_here(lambda conn: _rows.get_rollout(conn, rollout_id))
