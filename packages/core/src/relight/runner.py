@@ -40,8 +40,9 @@ from relight._server import CLIENT_KEEP_ALIVE_SECONDS
 from relight._threads import AgentThreads
 from relight.agent import LLM, Agent
 from relight.batcher import SpanBatcher
-from relight.context import attempt_scope
+from relight.context import AttemptRef, attempt_scope
 from relight.errors import ConfigError, LeaseLostError, StoreError
+from relight.gateway import Gateway, GatewayError
 from relight.gateway.sessions import api_key_for
 from relight.models import Attempt, AttemptStatus, Mode, Rollout, new_id
 from relight.plugins import open_store
@@ -91,6 +92,9 @@ class Runner:
         stop_grace_seconds: how long :meth:`stop` lets running attempts finish before failing them.
         mode: claim only train or only val rollouts; None for both.
         worker_id: how attempts name this runner; host, pid and a random part by default.
+        gateway: the gateway itself, when it runs in this process (the trainer's with one runner):
+            attempts then end at it by a call rather than by a request to ``gateway_url``, which
+            cost an HTTP round trip through both clients per rollout.
     """
 
     def __init__(
@@ -108,6 +112,7 @@ class Runner:
         claim_wait_seconds: float = 30.0,
         heartbeat_seconds: float | None = None,
         stop_grace_seconds: float = 20.0,
+        gateway: Gateway | None = None,
     ) -> None:
         if concurrency < 1:
             raise ConfigError(f"concurrency must be at least 1, got {concurrency}")
@@ -135,6 +140,7 @@ class Runner:
         self.claim_wait_seconds = claim_wait_seconds
         self.heartbeat_seconds = heartbeat_seconds
         self.stop_grace_seconds = stop_grace_seconds
+        self.gateway = gateway
         self.retry = RetryPolicy()
         self.stats = RunnerStats()
         self._stopping = False
@@ -143,7 +149,7 @@ class Runner:
         self._batcher: SpanBatcher | None = None
         self._threads = AgentThreads()
         self._agents: set[asyncio.Task[None]] = set()
-        self._gateway: httpx.AsyncClient | None = None
+        self._http: httpx.AsyncClient | None = None  # to the gateway at gateway_url
 
     async def run(self) -> RunnerStats:
         """Claim and run attempts until :meth:`stop`; returns once the running ones have finished (or been failed)."""
@@ -152,7 +158,7 @@ class Runner:
         slots = asyncio.Semaphore(self.concurrency)
         running: set[asyncio.Task[None]] = set()
         self._batcher = SpanBatcher(self.store)
-        self._gateway = httpx.AsyncClient(limits=httpx.Limits(keepalive_expiry=CLIENT_KEEP_ALIVE_SECONDS), timeout=60)
+        self._http = httpx.AsyncClient(limits=httpx.Limits(keepalive_expiry=CLIENT_KEEP_ALIVE_SECONDS), timeout=60)
         tracing.install(self._batcher)
         try:
             outage = 0
@@ -180,7 +186,7 @@ class Runner:
                 task.cancel()
             await asyncio.gather(*running, return_exceptions=True)
             await self._batcher.aclose()
-            await self._gateway.aclose()
+            await self._http.aclose()
             self.stats.abandoned_threads = self._threads.abandoned
         return self.stats
 
@@ -304,27 +310,44 @@ class Runner:
     async def _close_record(self, rollout: Rollout, attempt: Attempt) -> str | None:
         """End the attempt at the gateway and wait for all its spans: None when all are in the store, else why not."""
         assert self._batcher is not None
-        assert self._gateway is not None
-        gateway = self._gateway
-        url = llm_for(self.gateway_url, rollout, attempt, self.model).base_url.removesuffix("/v1") + "/relight/end"
         problems: list[str] = []
         try:
             await self._batcher.flush_attempt(rollout.rollout_id, attempt.attempt_id)
         except StoreError as error:
             problems.append(str(error))
+        end = self._end_here if self.gateway is not None else self._end_by_request
+        problem = await end(rollout, attempt)
+        if problem is not None:
+            problems.append(problem)
+        return "; ".join(problems) or None
+
+    async def _end_here(self, rollout: Rollout, attempt: Attempt) -> str | None:
+        """End the attempt at the gateway of this process; why its spans may not all be in the store, if so."""
+        assert self.gateway is not None
+        try:
+            await self.gateway.end_attempt(AttemptRef(rollout.rollout_id, attempt.attempt_id))
+        except GatewayError as error:
+            return f"the gateway answered {error.status_code}: {error.message}"
+        return None
+
+    async def _end_by_request(self, rollout: Rollout, attempt: Attempt) -> str | None:
+        """End the attempt by ``POST …/relight/end`` (retried while the gateway cannot be reached)."""
+        assert self._http is not None
+        http = self._http
+        url = llm_for(self.gateway_url, rollout, attempt, self.model).base_url.removesuffix("/v1") + "/relight/end"
 
         async def end() -> httpx.Response:
-            return await gateway.post(url)
+            return await http.post(url)
 
         try:
             reply = await retry_async(
                 end, policy=self.retry, transient=lambda e: isinstance(e, httpx.TransportError), what=f"POST {url}"
             )
-            if reply.status_code != 200:
-                problems.append(f"the gateway answered {reply.status_code}: {reply.text[:300]}")
         except httpx.HTTPError as error:
-            problems.append(f"could not reach the gateway at {self.gateway_url}: {error!r}")
-        return "; ".join(problems) or None
+            return f"could not reach the gateway at {self.gateway_url}: {error!r}"
+        if reply.status_code != 200:
+            return f"the gateway answered {reply.status_code}: {reply.text[:300]}"
+        return None
 
     async def _run_agent(self, task: Any, llm: LLM) -> None:
         """Run the agent (async as a coroutine, sync on a thread of its own) and record a returned reward."""

@@ -402,7 +402,7 @@ class Trainer:
                         finally:
                             await asyncio.to_thread(self.runners.stop)
                 elif self.n_runners == 1:
-                    runner = Runner(agent, store, **options)
+                    runner = Runner(agent, store, gateway=gateway, **options)
                     running = asyncio.create_task(runner.run())
                     try:
                         yield _Loop(store, gateway)
