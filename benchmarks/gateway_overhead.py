@@ -21,9 +21,12 @@
   the part of its innermost frame that belongs to one (:mod:`_sampler`, which says why a sampler
   outside the process is the one that is right under uvloop; runner processes are not sampled).
   Where py-spy may not read the process (ptrace rights), ``profile`` is empty and ``profile_error``
-  says why (else it is null). ``cpu_ms_per_rollout`` is the trainer process's CPU time over both
-  steps per rollout (the fake model's included): like the gateway's CPU per call, it moves little
-  with the machine's load, so it is the figure to compare on a busy machine.
+  says why (else it is null). ``cpu_ms_per_rollout`` is the trainer process's CPU time over all of
+  ``fit`` per rollout of both steps: the fake model's included, and so are start-up and the rest
+  around the steps (set-up, first-use imports, checkpoints and reward-curve plots, shut-down), about
+  1 ms per rollout of it. It moves less with the machine's load than the rates do, but it still
+  rises under contention (niced at load 3 a step cost 12 ms per rollout, at load 5 up to 17 ms), so
+  compare it between runs at a similar load.
 - ``forwarder``: the same non-streamed calls through a bare forwarder in the gateway's place: an ASGI
   app on the same server (uvicorn, relight's event loop) that passes the body to the upstream with the
   gateway's HTTP client and returns the answer's bytes, and does nothing else (no attempt check, no
