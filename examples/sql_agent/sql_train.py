@@ -6,10 +6,10 @@ Only ``write_query`` and ``rewrite_query`` calls are demonstrated and trained; `
 runs on the same model, untrained (the paper's ``agent_match="write|rewrite"``). The recipe
 (README.md says why and what it measured): 96 scripted runs as demonstrations, in which the
 checker doubts every other right query so the rewriter is shown keeping it (96 write and ~48
-rewrite calls); 20 SFT steps of 8 calls at 3e-4; GRPO at 1e-4 on 4 questions x 4 samples per
-update; one rewrite per question (``max_turns=1``: SmolLM2 as the checker almost never passes a
-query, so each extra turn is two more calls that mostly copy); the top 10 of the 30 layers train;
-greedy evaluation on 16 dev questions (every fourth: all five databases and four levels).
+rewrite calls); 20 SFT steps of 8 calls at 3e-4; GRPO at 3e-5 on 4 questions x 8 samples per
+update, 8 updates; one rewrite per question (``max_turns=1``: SmolLM2 as the checker almost never
+passes a query, so each extra turn is two more calls that mostly copy); the top 10 of the 30 layers
+train; greedy evaluation on all 61 dev questions.
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ RECIPE = Recipe(
     sft_steps=20,
     sft_batch_size=8,
     sft_lr=3e-4,
-    iterations=4,
+    iterations=8,
     tasks_per_iteration=4,
-    samples_per_task=4,
-    lr=1e-4,
-    eval_tasks=16,
+    samples_per_task=8,
+    lr=3e-5,
+    eval_tasks=61,
     trained_layers=10,
 )
 ONE_REWRITE = {"max_turns": 1}
@@ -38,7 +38,7 @@ if __name__ == "__main__":
     main(
         answer,
         train=[{**task, **ONE_REWRITE} for task in load("train")],
-        val=[{**task, **ONE_REWRITE} for task in load("dev")[::4]],
+        val=[{**task, **ONE_REWRITE} for task in load("dev")],
         script=script(mistakes=False, doubts=True),
         recipe=RECIPE,
         roles=TRAINED_ROLES,
