@@ -20,6 +20,9 @@ from sql_scripted import script
 
 from relight_torch.recipe import Recipe, main
 
+ONE_REWRITE = {"max_turns": 1}
+DEV = [{**task, **ONE_REWRITE} for task in load("dev")]
+
 RECIPE = Recipe(
     demonstrations=96,
     sft_steps=20,
@@ -29,16 +32,15 @@ RECIPE = Recipe(
     tasks_per_iteration=4,
     samples_per_task=8,
     lr=3e-5,
-    eval_tasks=61,
+    eval_tasks=len(DEV),
     trained_layers=10,
 )
-ONE_REWRITE = {"max_turns": 1}
 
 if __name__ == "__main__":
     main(
         answer,
         train=[{**task, **ONE_REWRITE} for task in load("train")],
-        val=[{**task, **ONE_REWRITE} for task in load("dev")],
+        val=DEV,
         script=script(mistakes=False, doubts=True),
         recipe=RECIPE,
         roles=TRAINED_ROLES,

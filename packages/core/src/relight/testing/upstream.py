@@ -396,15 +396,16 @@ def _token_text(token_id: int) -> str:
 
 
 @functools.cache
-def _token(token_id: int) -> tuple[str, list[int]]:
+def _token(token_id: int) -> tuple[str, tuple[int, ...]]:
     """The token's text and its UTF-8 bytes, worked out once per id: benchmarks stream thousands of tokens
-    through this upstream in the same process as the gateway, whose cost they measure."""
+    through this upstream in the same process as the gateway, whose cost they measure. The bytes are a
+    tuple (written as a JSON array) because every entry of that id shares them."""
     try:
         token = chr(token_id)
-        return token, list(token.encode())
+        token.encode()
     except (ValueError, UnicodeEncodeError):
         token = f"token_id:{token_id}"
-        return token, list(token.encode())
+    return token, tuple(token.encode())
 
 
 def _token_logprob(token_id: int, logprob: float, top: int) -> dict[str, Any]:
