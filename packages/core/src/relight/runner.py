@@ -32,8 +32,6 @@ from dataclasses import dataclass
 from multiprocessing.context import SpawnProcess
 from typing import Any, cast
 
-import httpx
-
 from relight import _loop, tracing
 from relight._retry import RetryPolicy, retry_async
 from relight._server import CLIENT_KEEP_ALIVE_SECONDS
@@ -43,6 +41,7 @@ from relight.batcher import SpanBatcher
 from relight.context import AttemptRef, attempt_scope
 from relight.errors import ConfigError, LeaseLostError, StoreError
 from relight.gateway import Gateway, GatewayError
+from relight.gateway._http import HttpClient
 from relight.gateway.sessions import api_key_for
 from relight.models import Attempt, AttemptStatus, Mode, Rollout, new_id
 from relight.plugins import open_store
@@ -149,7 +148,7 @@ class Runner:
         self._batcher: SpanBatcher | None = None
         self._threads = AgentThreads()
         self._agents: set[asyncio.Task[None]] = set()
-        self._http: httpx.AsyncClient | None = None  # to the gateway at gateway_url
+        self._http: HttpClient | None = None  # to the gateway at gateway_url
 
     async def run(self) -> RunnerStats:
         """Claim and run attempts until :meth:`stop`; returns once the running ones have finished (or been failed)."""
@@ -158,7 +157,7 @@ class Runner:
         slots = asyncio.Semaphore(self.concurrency)
         running: set[asyncio.Task[None]] = set()
         self._batcher = SpanBatcher(self.store)
-        self._http = httpx.AsyncClient(limits=httpx.Limits(keepalive_expiry=CLIENT_KEEP_ALIVE_SECONDS), timeout=60)
+        self._http = HttpClient(self.gateway_url, timeout=60, keep_alive=CLIENT_KEEP_ALIVE_SECONDS)
         tracing.install(self._batcher)
         try:
             outage = 0
@@ -334,19 +333,23 @@ class Runner:
         """End the attempt by ``POST …/relight/end`` (retried while the gateway cannot be reached)."""
         assert self._http is not None
         http = self._http
-        url = llm_for(self.gateway_url, rollout, attempt, self.model).base_url.removesuffix("/v1") + "/relight/end"
+        path = f"/rollouts/{rollout.rollout_id}/attempts/{attempt.attempt_id}/relight/end"
 
-        async def end() -> httpx.Response:
-            return await http.post(url)
+        async def end() -> tuple[int, bytes]:
+            response = await http.request("POST", path)
+            return response.status, await response.read()
 
         try:
-            reply = await retry_async(
-                end, policy=self.retry, transient=lambda e: isinstance(e, httpx.TransportError), what=f"POST {url}"
+            status, reply = await retry_async(
+                end,
+                policy=self.retry,
+                transient=lambda e: isinstance(e, OSError),
+                what=f"POST {self.gateway_url}{path}",
             )
-        except httpx.HTTPError as error:
+        except OSError as error:  # refused, dropped or past the timeout (TimeoutError)
             return f"could not reach the gateway at {self.gateway_url}: {error!r}"
-        if reply.status_code != 200:
-            return f"the gateway answered {reply.status_code}: {reply.text[:300]}"
+        if status != 200:
+            return f"the gateway answered {status}: {reply[:300].decode(errors='replace')}"
         return None
 
     async def _run_agent(self, task: Any, llm: LLM) -> None:

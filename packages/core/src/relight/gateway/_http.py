@@ -254,15 +254,30 @@ class HttpClient:
         lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
         self._headers = ("\r\n".join(lines) + "\r\n").encode("latin-1")
         self._idle: collections.deque[_Connection] = collections.deque()
+        self._busy: set[_Connection] = set()
         self._slots = asyncio.Semaphore(max_connections)
         self._closed = False
 
-    async def request(self, method: str, path: str, body: bytes = b"", *, content_type: str = "") -> HttpResponse:
-        """Send a request and return once the response's headers are in. Raises OSError or TimeoutError."""
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes = b"",
+        *,
+        content_type: str = "",
+        headers: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> HttpResponse:
+        """Send a request and return once the response's headers are in. Raises OSError or TimeoutError.
+
+        ``headers`` are sent beside the client's; ``timeout`` replaces the client's for this exchange
+        (a long poll's is longer).
+        """
         if self._closed:
             raise ConnectionError("the HTTP client is closed")
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.timeout
+        timeout = self.timeout if timeout is None else timeout
+        deadline = loop.time() + timeout
         if self._slots.locked():
             async with asyncio.timeout_at(deadline):
                 await self._slots.acquire()
@@ -271,8 +286,11 @@ class HttpClient:
         connection: _Connection | None = None
         try:
             connection = self._reuse(loop) or await self._connect(loop, deadline)
-            timer = loop.call_at(deadline, connection.fail, TimeoutError(f"no answer within {self.timeout:g} s"))
+            self._busy.add(connection)
+            timer = loop.call_at(deadline, connection.fail, TimeoutError(f"no answer within {timeout:g} s"))
             head = f"{method} {self.prefix}{path} HTTP/1.1\r\n".encode("latin-1") + self._headers
+            if headers:
+                head += "".join(f"{name}: {value}\r\n" for name, value in headers.items()).encode("latin-1")
             if body or method != "GET":
                 kind = f"Content-Type: {content_type}\r\n" if content_type else ""
                 head += f"{kind}Content-Length: {len(body)}\r\n".encode("latin-1")
@@ -285,6 +303,7 @@ class HttpClient:
         except BaseException:
             if connection is not None:
                 connection.fail(ConnectionError("the request was abandoned"))
+                self._busy.discard(connection)
             self._slots.release()
             raise
         return HttpResponse(self, connection, timer)
@@ -292,6 +311,7 @@ class HttpClient:
     def give_back(self, connection: _Connection, reuse: bool) -> None:
         """Keep a connection whose exchange ended for the next request, or close it."""
         self._slots.release()
+        self._busy.discard(connection)
         if reuse and connection.reusable and not self._closed:
             connection.idle_since = asyncio.get_running_loop().time()
             self._idle.append(connection)
@@ -299,9 +319,12 @@ class HttpClient:
             connection.fail(ConnectionError("the connection was closed"))
 
     async def aclose(self) -> None:
+        """Close every connection: exchanges still under way end with an OSError (a long poll too)."""
         self._closed = True
         while self._idle:
             self._idle.pop().fail(ConnectionError("the HTTP client is closed"))
+        for connection in list(self._busy):
+            connection.fail(ConnectionError("the HTTP client is closed"))
 
     def _reuse(self, loop: asyncio.AbstractEventLoop) -> _Connection | None:
         """The most recently used idle connection that is still open and fresh; staler ones are closed."""
