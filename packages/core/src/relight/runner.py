@@ -33,6 +33,7 @@ from multiprocessing.context import SpawnProcess
 from typing import Any, cast
 
 from relight import _loop, tracing
+from relight._http import HttpClient
 from relight._retry import RetryPolicy, retry_async
 from relight._server import CLIENT_KEEP_ALIVE_SECONDS
 from relight._threads import AgentThreads
@@ -41,7 +42,6 @@ from relight.batcher import SpanBatcher
 from relight.context import AttemptRef, attempt_scope
 from relight.errors import ConfigError, LeaseLostError, StoreError
 from relight.gateway import Gateway, GatewayError
-from relight.gateway._http import HttpClient
 from relight.gateway.sessions import api_key_for
 from relight.models import Attempt, AttemptStatus, Mode, Rollout, new_id
 from relight.plugins import open_store

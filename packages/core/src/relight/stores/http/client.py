@@ -7,9 +7,9 @@ limit); agents should hand spans to a :class:`relight.batcher.SpanBatcher` rathe
 trip per span. ``claim`` and ``wait`` long-poll: each request is held by the server until there is an
 answer or its poll limit passes, and is then repeated until the caller's own timeout.
 
-It talks HTTP through :class:`relight.gateway._http.HttpClient`, the gateway's lean keep-alive client:
-httpx spent ~0.6 ms of CPU on each request, the store calls of a runner process (claim, spans,
-finish) a third of its time besides the agent's; this one spends ~0.05 ms.
+It talks HTTP through :class:`relight._http.HttpClient`, the lean keep-alive client the gateway
+forwards with: httpx spent ~0.6 ms of CPU on each request, and the store calls of a runner process
+(claim, spans, finish) took a third of its time besides the agent's; this one spends ~0.05 ms.
 
 Transient faults (a connection the server dropped, a server restarting, a 502/503/504) are retried
 with backoff and jitter under ``retry`` (a :class:`relight._retry.RetryPolicy`). Every call can be
@@ -29,10 +29,10 @@ from urllib.parse import urlencode
 
 from pydantic import BaseModel, JsonValue
 
+from relight._http import HttpClient
 from relight._retry import RetryPolicy, retry_async
 from relight._server import CLIENT_KEEP_ALIVE_SECONDS
 from relight.errors import ConfigError, LeaseLostError, StoreUnavailableError
-from relight.gateway._http import HttpClient
 from relight.models import (
     Attempt,
     AttemptStatus,
