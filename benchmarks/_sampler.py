@@ -7,9 +7,9 @@ running or ready to run. A thread asleep in C (the event loop in epoll, the SQLi
 waiting for the interpreter lock) costs nothing, so a part's share of the samples is its share of the CPU time. A
 sample is charged to the part of its innermost frame that belongs to one (:data:`PARTS`): the agent and its
 client, the gateway, the store, the runner, the trainer; a thread of the benchmark's fake model goes to it whatever
-its stack; a stack in no part is the event loop's own work (its C included: polling, socket reads, running the
-callbacks) where an event loop runs the thread, else other. A child process's samples go to
-``"<children>: <part>"``.
+its stack; a stack whose innermost frame is the event loop's, or in no part, is the event loop's own work (its C
+included: polling, socket reads, running the callbacks) where an event loop runs the thread, else other. A child
+process's samples go to ``"<children>: <part>"``.
 
 Why not a sampling thread inside the process, as this module was before: such a thread can read the others'
 stacks only while it holds the interpreter lock, so it sees a thread only when that thread has just let go of
@@ -59,6 +59,9 @@ PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 """Parts in the order they are looked for, and the file paths that belong to each."""
 _LOOP = ("/asyncio/", "/selectors.py", "uvloop")
+_LOOP_ITSELF = ("/asyncio/runners.py", "/asyncio/base_events.py", "/asyncio/events.py", "/selectors.py", "uvloop")
+"""Where the innermost frame is one of these, the loop itself runs (polls, reads sockets, dispatches), whatever
+started it: a runner process's loop is started from relight/runner.py, which must not make its work the runner's."""
 _PROCESSES = re.compile(r'(?:process \d+:"[^"]*";)*')
 """py-spy's ``process <pid>:"<command line>";`` items before a stack: the root process, then each child down to
 the sampled one (a command line may hold ``;``, so the stack cannot simply be split)."""
@@ -143,6 +146,8 @@ class Sampler:
         thread, *frames = stack
         if thread.partition("): ")[2].startswith(self.fake_threads):
             return "fake model (benchmark)"
+        if frames and any(marker in frames[-1] for marker in _LOOP_ITSELF):
+            return "event loop"
         for frame in reversed(frames):
             for part, markers in PARTS:
                 if any(marker in frame for marker in markers):
