@@ -17,11 +17,13 @@
   with ``runner_process=True``), where it does not compete with the gateway and the store for the
   interpreter lock and gets a core of its own. ``profile`` says where the CPU goes over both steps
   (agent/client, gateway, store, runner, trainer, event loop, the fake model; a runner process's
-  parts are named ``runner processes: …``): py-spy samples every thread's Python stack 100 times a
-  second from outside the processes, keeps the samples of threads the kernel has running or ready to
-  run, and charges each to the part of its innermost frame that belongs to one (:mod:`_sampler`,
-  which says why a sampler outside the process is the one that is right under uvloop). The shares
-  are of the CPU of all the processes together; a runner process's include its start-up (imports).
+  parts are named ``runner processes: …``): py-spy samples every thread's Python stack 50 times a
+  second from outside the processes (py-spy itself uses ~0.15 of a core at 100 a second when it
+  follows runner processes, ~0.09 at 50: CPU the loop no longer has), keeps the samples of threads
+  the kernel has running or ready to run, and charges each to the part of its innermost frame that
+  belongs to one (:mod:`_sampler`, which says why a sampler outside the process is the one that is
+  right under uvloop). The shares are of the CPU of all the processes together; a runner process's
+  include its start-up (imports).
   Where py-spy may not read the process (ptrace rights), ``profile`` is empty and ``profile_error``
   says why (else it is null). ``cpu_ms_per_rollout`` is the trainer process's CPU time over all of
   ``fit`` per rollout of both steps (``runner_cpu_ms_per_rollout``: the runner processes', their
@@ -185,7 +187,7 @@ async def loop(rollouts: int, concurrency: int, agent_kind: str, runners: int, r
         )
         tasks: list[JsonValue] = [{"text": f"task-{i}"} for i in range(rollouts)]
         cpu_began, children_began = time.process_time(), _children_cpu()
-        with Sampler(children="runner processes") as sampler:
+        with Sampler(50, children="runner processes") as sampler:
             _, timed = await trainer.afit(agent, tasks)
             runner_cpu = _children_cpu() - children_began  # of the runner processes, which have ended: not py-spy yet
         cpu = time.process_time() - cpu_began
