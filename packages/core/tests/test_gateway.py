@@ -1,7 +1,6 @@
 """The gateway against a real scripted vLLM-style server on loopback, driven by the real openai client."""
 
 import asyncio
-import gc
 import json
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -484,19 +483,3 @@ async def test_responses_api_is_served_as_a_recorded_chat_call(setup: Setup) -> 
     spans = await setup.spans()
     assert [span.attributes[semconv.GEN_AI_RESPONSE_ID] for span in spans] == [response.id, events[-1].response.id]
     assert [span.attributes[semconv.RESPONSE_TOKEN_IDS] for span in spans] == [encode("hello"), encode("again")]
-
-
-async def test_what_the_process_held_at_start_is_frozen_while_a_gateway_serves(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Full collections skip it (gc.freeze) until the last gateway stops; RELIGHT_GC_FREEZE=0 leaves gc alone."""
-    store = InMemoryStore()
-    assert gc.get_freeze_count() == 0
-    async with Gateway(store, ["http://127.0.0.1:9/v1"]):
-        frozen = gc.get_freeze_count()
-        assert frozen > 0
-        async with Gateway(store, ["http://127.0.0.1:9/v1"]):
-            assert gc.get_freeze_count() >= frozen
-        assert gc.get_freeze_count() >= frozen  # the first gateway still serves
-    assert gc.get_freeze_count() == 0
-    monkeypatch.setenv("RELIGHT_GC_FREEZE", "0")
-    async with Gateway(store, ["http://127.0.0.1:9/v1"]):
-        assert gc.get_freeze_count() == 0

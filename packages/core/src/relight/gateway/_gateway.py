@@ -17,7 +17,6 @@ from typing import Any
 
 from starlette.requests import Request
 
-from relight import _heap
 from relight._server import AsgiServer
 from relight.algorithm import UpstreamTarget
 from relight.batcher import SpanBatcher, SpansLostError
@@ -70,10 +69,7 @@ class Gateway(AsgiServer):
         batcher: where spans are submitted; by default one of the gateway's own, on its loop.
 
     Serve it with ``async with`` on the event loop the store belongs to (``with`` serves it on a
-    thread of its own, which suits stores that any loop may use, such as the HTTP store). While it
-    serves, what the process held when it started is out of the garbage collector's way
-    (:func:`gc.freeze`, so that no full collection pauses calls in flight to walk it; see
-    :mod:`relight._heap`); ``RELIGHT_GC_FREEZE=0`` leaves the collector alone.
+    thread of its own, which suits stores that any loop may use, such as the HTTP store).
     """
 
     def __init__(
@@ -107,7 +103,6 @@ class Gateway(AsgiServer):
         self._unrecorded: list[Exchange] = []
         self._local_tokenizers: dict[str, Retokenizer | None] = {}
         self._no_tokenizer: dict[str, str] = {}
-        self._frozen = False
         super().__init__(create_app(self), host=host, port=port)
 
     # -- life -------------------------------------------------------------------------------------
@@ -116,14 +111,10 @@ class Gateway(AsgiServer):
         if self._batcher is None:
             self._batcher = SpanBatcher(self.store)
         await super().start()
-        if not self._frozen:  # what the process holds now lives as long as it: no collection need walk it
-            self._frozen = _heap.freeze()
 
     async def stop(self) -> None:
         """Finish open calls, write every span, close upstream connections."""
         await super().stop()
-        _heap.unfreeze(self._frozen)
-        self._frozen = False
         self._write_recorded()
         if self._batcher is not None:
             if self._own_batcher:
