@@ -402,7 +402,7 @@ def _token(token_id: int) -> tuple[str, tuple[int, ...]]:
     tuple (written as a JSON array) because every entry of that id shares them."""
     try:
         token = chr(token_id)
-        token.encode()
+        token.encode()  # a surrogate code point has no UTF-8: it raises here, and gets the placeholder text
     except (ValueError, UnicodeEncodeError):
         token = f"token_id:{token_id}"
     return token, tuple(token.encode())
