@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +38,12 @@ class Problem:
     result: str
     level: int
     """How many calculator steps it takes (1 to 3)."""
+    kind: str = ""
+    """The template it was written from (``buy``, ``spend``…): the shipped files' own field, empty for Calc-X's."""
 
     def as_task(self) -> dict[str, Any]:
-        return {"id": self.id, "question": self.question, "answer": float(self.result), "level": self.level}
+        return {"id": self.id, "question": self.question, "answer": float(self.result), "level": self.level,
+                "kind": self.kind}  # fmt: skip
 
 
 Template = Callable[[random.Random], tuple[str, list[str]]]
@@ -203,7 +206,7 @@ def generate(split: str, count: int, *, seed: int = 0) -> list[Problem]:
             continue
         seen.add(question)
         chain, value = _chain(expressions)
-        problems.append(Problem(f"{split}-{len(problems):04d}-{name}", question, chain, str(value), level))
+        problems.append(Problem(f"{split}-{len(problems):04d}-{name}", question, chain, str(value), level, name))
     return problems
 
 
@@ -234,13 +237,14 @@ def load_calc_x(path: str | Path) -> list[Problem]:
                 chain=chain,
                 result=str(value),
                 level=int(record.get("level", chain.count("<gadget"))),
+                kind=str(record.get("kind", "")),
             )
         )
     return problems
 
 
 def load(split: str) -> list[dict[str, Any]]:
-    """The shipped split (``train`` or ``test``) as tasks: ``{"question", "answer", "id", "level"}``."""
+    """The shipped split (``train`` or ``test``) as tasks: ``{"question", "answer", "id", "level", "kind"}``."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {sorted(SPLITS)}, got {split!r}")
     return [problem.as_task() for problem in load_calc_x(DATA / f"{split}.jsonl")]
@@ -257,10 +261,7 @@ def write() -> None:
     """Write the shipped splits in the Calc-X format."""
     DATA.mkdir(exist_ok=True)
     for split, count in SPLITS.items():
-        lines = [
-            json.dumps({"id": p.id, "question": p.question, "chain": p.chain, "result": p.result, "level": p.level})
-            for p in generate(split, count)
-        ]
+        lines = [json.dumps(asdict(problem)) for problem in generate(split, count)]
         (DATA / f"{split}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 

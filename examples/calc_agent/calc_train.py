@@ -28,6 +28,7 @@ RECIPE = Recipe(
     lr=3e-5,
     eval_tasks=32,
     trained_layers=10,
+    balance_by="kind",
 )
 
 

@@ -22,6 +22,7 @@ generation and of training.
 from __future__ import annotations
 
 import asyncio
+import collections
 import io
 import json
 import random
@@ -48,7 +49,7 @@ from relight_torch.engine import TorchEngine
 from relight_torch.grpo import GRPO, UpdateCallback
 from relight_torch.sft import SFT, Conversation, conversation_samples
 
-__all__ = ["Recipe", "demonstrations", "main", "train_agent", "train_top"]
+__all__ = ["Recipe", "demonstrations", "draw_tasks", "main", "train_agent", "train_top"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +73,9 @@ class Recipe:
     """Optimizer steps per GRPO update, each on a part of the batch: more steps for the same sampling and compute."""
     eval_tasks: int = 40
     train_temperature: float = 1.0
+    balance_by: str | None = None
+    """A task field (calc's ``kind``) whose values the training draw takes in turn, so that every kind of task
+    is trained on about as often, whatever the seed; None: shuffled passes over the tasks."""
     dynamic_sampling: int = 0
     """Extra rounds per step that sample again the tasks whose group came back flat (all rewards equal)."""
     token_budget: int = 1024
@@ -208,7 +212,8 @@ def train_agent(
     sft_loss = warm_start(engine, conversations, recipe, console)
     warmed = time.perf_counter()
     count = recipe.iterations * recipe.tasks_per_iteration
-    train_tasks = [{**task, "temperature": recipe.train_temperature} for task in _cycle(train, count, rng)]
+    drawn = draw_tasks(train, count, rng, recipe.balance_by)
+    train_tasks = [{**task, "temperature": recipe.train_temperature} for task in drawn]
     val_tasks = [{**task, "temperature": 0.0} for task in list(val)[: recipe.eval_tasks]]
     tracker = _TokenCount()
     algorithm = recipe.grpo(engine, callbacks=[tracker, *callbacks])
@@ -265,12 +270,27 @@ def train_top(model: torch.nn.Module, layers: int) -> None:
     decoder.norm.requires_grad_(True)
 
 
-def _cycle(tasks: Sequence[Mapping[str, JsonValue]], count: int, rng: random.Random) -> list[Mapping[str, JsonValue]]:
-    """``count`` tasks drawn by shuffled passes over ``tasks``."""
+def draw_tasks(
+    tasks: Sequence[Mapping[str, JsonValue]], count: int, rng: random.Random, balance_by: str | None = None
+) -> list[Mapping[str, JsonValue]]:
+    """``count`` tasks drawn by shuffled passes over ``tasks``.
+
+    With ``balance_by``, each pass takes the field's values in turn: one task of every kind (in a shuffled
+    order), then a second of every kind, and so on. A plain shuffle of calc's 600 problems gave one seed's
+    52 drawn tasks 2 of the 11 templates' ``spend`` problems, and that seed never learnt them.
+    """
     drawn: list[Mapping[str, JsonValue]] = []
     while len(drawn) < count:
         order = list(tasks)
         rng.shuffle(order)
+        if balance_by is not None:
+            taken: collections.Counter[str] = collections.Counter()
+            turns: list[int] = []
+            for task in order:
+                kind = str(task.get(balance_by))
+                turns.append(taken[kind])
+                taken[kind] += 1
+            order = [task for _, task in sorted(zip(turns, order, strict=True), key=lambda pair: pair[0])]
         drawn += order[: count - len(drawn)]
     return drawn
 
