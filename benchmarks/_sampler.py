@@ -1,13 +1,15 @@
 """Where a benchmark's CPU goes: py-spy samples this process's threads, and each sample is charged to a part of relight.
 
 While the ``with`` block runs, py-spy (``requirements-dev.txt``) reads the Python stack of every thread of this
-process from outside it, ``rate`` times a second, without the interpreter lock, and keeps a thread's sample only
-while the kernel has that thread running or ready to run. A thread asleep in C (the event loop in epoll, the
-SQLite writer on its queue, any thread waiting for the interpreter lock) costs nothing, so a part's share of the
-samples is its share of the CPU time. A sample is charged to the part of its innermost frame that belongs to one
-(:data:`PARTS`): the agent and its client, the gateway, the store, the runner, the trainer; a thread of the
-benchmark's fake model goes to it whatever its stack; a stack in no part is the event loop's own work (its C
-included: polling, socket reads, running the callbacks) where an event loop runs the thread, else other.
+process (and, given ``children``, of the processes it starts, such as runner processes) from outside it, ``rate``
+times a second, without the interpreter lock, and keeps a thread's sample only while the kernel has that thread
+running or ready to run. A thread asleep in C (the event loop in epoll, the SQLite writer on its queue, any thread
+waiting for the interpreter lock) costs nothing, so a part's share of the samples is its share of the CPU time. A
+sample is charged to the part of its innermost frame that belongs to one (:data:`PARTS`): the agent and its
+client, the gateway, the store, the runner, the trainer; a thread of the benchmark's fake model goes to it whatever
+its stack; a stack whose innermost frame is the event loop's, or in no part, is the event loop's own work (its C
+included: polling, socket reads, running the callbacks) where an event loop runs the thread, else other. A child
+process's samples go to ``"<children>: <part>"``.
 
 Why not a sampling thread inside the process, as this module was before: such a thread can read the others'
 stacks only while it holds the interpreter lock, so it sees a thread only when that thread has just let go of
@@ -24,6 +26,7 @@ benchmark still runs: :meth:`Sampler.shares` is empty and :attr:`Sampler.error` 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -56,15 +59,23 @@ PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 """Parts in the order they are looked for, and the file paths that belong to each."""
 _LOOP = ("/asyncio/", "/selectors.py", "uvloop")
+_LOOP_ITSELF = ("/asyncio/runners.py", "/asyncio/base_events.py", "/asyncio/events.py", "/selectors.py", "uvloop")
+"""Where the innermost frame is one of these, the loop itself runs (polls, reads sockets, dispatches), whatever
+started it: a runner process's loop is started from relight/runner.py, which must not make its work the runner's."""
+_PROCESSES = re.compile(r'(?:process \d+:"[^"]*";)*')
+"""py-spy's ``process <pid>:"<command line>";`` items before a stack: the root process, then each child down to
+the sampled one (a command line may hold ``;``, so the stack cannot simply be split)."""
 
 
 class Sampler:
     """Samples the stacks of this process's threads with py-spy while the ``with`` block runs."""
 
-    def __init__(self, rate: int = 100, *, fake_threads: str = "relight-server") -> None:
+    def __init__(self, rate: int = 100, *, fake_threads: str = "relight-server", children: str | None = None) -> None:
         self.rate = rate
         self.fake_threads = fake_threads
         """Threads whose name starts with this serve the benchmark's fake model: charged to it."""
+        self.children = children
+        """What this process's children are (``"runner processes"``): they are sampled too when given, else not."""
         self.samples: Counter[str] = Counter()
         """Samples of a running thread charged to each part."""
         self.error: str | None = None
@@ -80,6 +91,8 @@ class Sampler:
             return self
         command = [executable, "record", "--pid", str(os.getpid()), "--rate", str(self.rate), "--nonblocking"]
         command += ["--threads", "--full-filenames", "--format", "raw", "--output", str(self._output)]
+        if self.children is not None:
+            command.append("--subprocesses")
         self._spy = subprocess.Popen(
             command,
             stdout=subprocess.PIPE,
@@ -102,7 +115,7 @@ class Sampler:
             for line in self._output.read_text(errors="replace").splitlines():
                 stack, _, count = line.rpartition(" ")
                 if count.isdigit():  # seen once: a line ending in "MainThread;" with no count, which failed the run
-                    self.samples[self._part(stack.split(";"))] += int(count)
+                    self.samples[self._charged(stack)] += int(count)
         shutil.rmtree(self._output.parent, ignore_errors=True)
 
     def _stop(self) -> None:
@@ -121,11 +134,20 @@ class Sampler:
         total = sum(self.samples.values()) or 1
         return {part: count / total for part, count in self.samples.most_common()}
 
+    def _charged(self, stack: str) -> str:
+        """What one line of py-spy's raw output goes to, given with ``--subprocesses`` or without."""
+        processes = _PROCESSES.match(stack)
+        assert processes is not None  # it matches the empty string
+        part = self._part(stack[processes.end() :].split(";"))
+        return f"{self.children}: {part}" if processes.group().count('";') > 1 else part
+
     def _part(self, stack: list[str]) -> str:
         """The part one sample goes to; ``stack`` is py-spy's: ``thread (tid): name`` then frames, outermost first."""
         thread, *frames = stack
         if thread.partition("): ")[2].startswith(self.fake_threads):
             return "fake model (benchmark)"
+        if frames and any(marker in frames[-1] for marker in _LOOP_ITSELF):
+            return "event loop"
         for frame in reversed(frames):
             for part, markers in PARTS:
                 if any(marker in frame for marker in markers):

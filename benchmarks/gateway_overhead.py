@@ -12,20 +12,25 @@
 - ``loop``: ``Trainer.fit`` with the instant upstream and an algorithm that learns nothing, so
   everything else is measured: runners, real ``openai`` clients, gateway, store, transitions.
   ``rollouts_per_s`` counts rollouts of three calls each, from enqueue to transitions handed over,
-  in the second of two steps (the first warms up processes and connections). Sync agents run on
-  threads of the trainer's process, or in runner processes (``n_runners``), where their threads
-  do not compete with the gateway for the interpreter lock. ``profile`` says where the CPU of the
-  trainer's process goes over both steps (agent/client, gateway, store, runner, trainer, event loop,
-  the fake model): py-spy samples every thread's Python stack 100 times a second from outside the
-  process, keeps the samples of threads the kernel has running or ready to run, and charges each to
-  the part of its innermost frame that belongs to one (:mod:`_sampler`, which says why a sampler
-  outside the process is the one that is right under uvloop; runner processes are not sampled).
+  in the second of two steps (the first warms up processes and connections). The agent runs in the
+  trainer's process (async as tasks, sync on threads), or in runner processes (``n_runners``; one
+  with ``runner_process=True``), where it does not compete with the gateway and the store for the
+  interpreter lock and gets a core of its own. ``profile`` says where the CPU goes over both steps
+  (agent/client, gateway, store, runner, trainer, event loop, the fake model; a runner process's
+  parts are named ``runner processes: …``): py-spy samples every thread's Python stack 50 times a
+  second from outside the processes (py-spy itself uses ~0.15 of a core at 100 a second when it
+  follows runner processes, ~0.09 at 50: CPU the loop no longer has), keeps the samples of threads
+  the kernel has running or ready to run, and charges each to the part of its innermost frame that
+  belongs to one (:mod:`_sampler`, which says why a sampler outside the process is the one that is
+  right under uvloop). The shares are of the CPU of all the processes together; a runner process's
+  include its start-up (imports).
   Where py-spy may not read the process (ptrace rights), ``profile`` is empty and ``profile_error``
   says why (else it is null). ``cpu_ms_per_rollout`` is the trainer process's CPU time over all of
-  ``fit`` per rollout of both steps: the fake model's included, and so are start-up and the rest
-  around the steps (set-up, first-use imports, checkpoints and reward-curve plots, shut-down), about
-  1 ms per rollout of it. It moves less with the machine's load than the rates do, but it still
-  rises under contention (niced at load 3 a step cost 12 ms per rollout, at load 5 up to 17 ms), so
+  ``fit`` per rollout of both steps (``runner_cpu_ms_per_rollout``: the runner processes', their
+  start-up included): the fake model's included, and so are start-up and the rest around the steps
+  (set-up, first-use imports, checkpoints and reward-curve plots, shut-down), about 1 ms per rollout
+  of it. It moves less with the machine's load than the rates do, but it still rises under
+  contention (niced at load 3 a step cost 12 ms per rollout, at load 5 up to 17 ms), so
   compare it between runs at a similar load.
 - ``forwarder``: the same non-streamed calls through a bare forwarder in the gateway's place: an ASGI
   app on the same server (uvicorn, relight's event loop) that passes the body to the upstream with the
@@ -50,6 +55,7 @@ import argparse
 import asyncio
 import io
 import json
+import resource
 import statistics
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -62,10 +68,10 @@ from rich.console import Console
 from rich.table import Table
 
 from relight import Trainer, _loop
+from relight._http import HttpClient
 from relight._server import AsgiServer
 from relight.agent import LLM
 from relight.gateway import Gateway
-from relight.gateway._http import HttpClient
 from relight.models import RolloutRequest
 from relight.stores.memory import InMemoryStore
 from relight.testing.agents import CALLS, three_calls, three_calls_async
@@ -164,7 +170,7 @@ async def latency(calls: int, stream: bool, reply: str = "ok") -> dict[str, Any]
     return result
 
 
-async def loop(rollouts: int, concurrency: int, agent_kind: str, runners: int) -> dict[str, Any]:
+async def loop(rollouts: int, concurrency: int, agent_kind: str, runners: int, runner_process: bool) -> dict[str, Any]:
     """Two training steps over the same tasks; the second is timed (runner processes and clients are warm)."""
     agent = three_calls_async if agent_kind == "async" else three_calls
     with ScriptedUpstream.instant() as upstream:
@@ -172,6 +178,7 @@ async def loop(rollouts: int, concurrency: int, agent_kind: str, runners: int) -
         trainer = Trainer(
             algorithm,
             n_runners=runners,
+            runner_process=runner_process,
             concurrency=concurrency,
             batch_size=rollouts,
             n_samples=1,
@@ -179,9 +186,10 @@ async def loop(rollouts: int, concurrency: int, agent_kind: str, runners: int) -
             console=Console(file=io.StringIO()),
         )
         tasks: list[JsonValue] = [{"text": f"task-{i}"} for i in range(rollouts)]
-        cpu_began = time.process_time()
-        with Sampler() as sampler:
+        cpu_began, children_began = time.process_time(), _children_cpu()
+        with Sampler(50, children="runner processes") as sampler:
             _, timed = await trainer.afit(agent, tasks)
+            runner_cpu = _children_cpu() - children_began  # of the runner processes, which have ended: not py-spy yet
         cpu = time.process_time() - cpu_began
     transitions = sum(len(batch) for batch in algorithm.batches)
     assert transitions == 2 * rollouts * CALLS, transitions
@@ -190,6 +198,7 @@ async def loop(rollouts: int, concurrency: int, agent_kind: str, runners: int) -
         "benchmark": "loop",
         "agent": agent_kind,
         "runners": runners,
+        "runner_process": runner_process or runners > 1,
         "rollouts": rollouts,
         "concurrency": concurrency,
         "rollouts_per_s": rollouts / seconds,
@@ -197,6 +206,7 @@ async def loop(rollouts: int, concurrency: int, agent_kind: str, runners: int) -
         "seconds": seconds,
         "failed": timed["rollouts_failed"],
         "cpu_ms_per_rollout": cpu / (2 * rollouts) * 1e3,
+        "runner_cpu_ms_per_rollout": runner_cpu / (2 * rollouts) * 1e3,
         "profile": sampler.shares(),
         "profile_error": sampler.error,
     }
@@ -231,6 +241,22 @@ async def agent_alone(rollouts: int, concurrency: int) -> dict[str, Any]:
     }
 
 
+LOOPS = (("async", 1, False), ("async", 1, True), ("sync", 1, False), ("sync", 1, True), ("sync", 2, True))
+"""The loop's rows: agent, runners, whether they run in processes of their own (more than one always do)."""
+
+
+def _children_cpu() -> float:
+    """CPU seconds of this process's children that have ended and been waited for."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _runners(row: dict[str, Any]) -> str:
+    if not row["runner_process"]:
+        return "in process"
+    return "1 process" if row["runners"] == 1 else f"{row['runners']} processes"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=1000, help="timed calls per path (default 1000)")
@@ -259,10 +285,11 @@ def main() -> None:
         with console.status("the agent alone, straight to the upstream…"):
             results.append(_loop.run(agent_alone(args.rollouts, args.concurrency)))
     if "loop" in wanted:
-        for agent_kind, runners in (("async", 1), ("sync", 1), ("sync", 2)):
-            with console.status(f"loop, {agent_kind} agent, {runners} runner process(es)…"):
+        for agent_kind, runners, runner_process in LOOPS:
+            where = f"{runners} runner process(es)" if runner_process or runners > 1 else "in the trainer's process"
+            with console.status(f"loop, {agent_kind} agent, {where}…"):
                 concurrency = args.concurrency // runners
-                results.append(_loop.run(loop(args.rollouts, concurrency, agent_kind, runners)))
+                results.append(_loop.run(loop(args.rollouts, concurrency, agent_kind, runners, runner_process)))
 
     if args.json:
         for result in results:
@@ -293,16 +320,19 @@ def main() -> None:
     )
     console.print(table)
     table = Table(title=f"whole loop ({CALLS} LLM calls per rollout, instant upstream)", title_justify="left")
-    for column in ("agent", "runners", "rollouts", "concurrency", "rollouts/s", "calls/s", "failed"):
+    columns = ("agent", "runners", "rollouts", "concurrency", "rollouts/s", "calls/s", "CPU/rollout", "failed")
+    for column in columns:
         table.add_column(column, justify="right")
     for r in (r for r in results if r["benchmark"] == "loop"):
+        cpu = f"{r['cpu_ms_per_rollout']:.1f} ms"
         table.add_row(
             r["agent"],
-            "in process" if r["runners"] == 1 else f"{r['runners']} processes",
+            _runners(r),
             str(r["rollouts"]),
             str(r["concurrency"]),
             f"{r['rollouts_per_s']:.1f}",
             f"{r['calls_per_s']:.1f}",
+            f"{cpu} + {r['runner_cpu_ms_per_rollout']:.1f} ms" if r["runner_process"] else cpu,
             str(int(r["failed"])),
         )
     console.print(table)
@@ -316,7 +346,7 @@ def main() -> None:
     table = Table(title="where the loop's CPU goes (share of samples of running threads, py-spy)", title_justify="left")
     table.add_column("part")
     for r in loops:
-        table.add_column(f"{r['agent']}, {r['runners']} runner(s)", justify="right")
+        table.add_column(f"{r['agent']}, {_runners(r)}", justify="right")
     for part in dict.fromkeys(part for r in loops for part in r["profile"]):
         table.add_row(part, *(f"{r['profile'].get(part, 0.0):.0%}" for r in loops))
     console.print(table)

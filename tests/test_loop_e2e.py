@@ -2,6 +2,7 @@
 upstream → store → transitions → algorithm. Every transition must carry exactly what the upstream sent."""
 
 import io
+import os
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from rich.console import Console
 from relight import Trainer
 from relight.agent import Agent
 from relight.models import AttemptStatus, Mode, RolloutStatus
+from relight.runner import is_worker_of
 from relight.stores.memory import InMemoryStore
 from relight.testing.agents import CALLS, three_calls, three_calls_async
 from relight.testing.algorithms import RecordingAlgorithm
@@ -123,3 +125,24 @@ async def test_fit_with_runner_processes_sharing_the_store_over_http() -> None:
     (batch,) = algorithm.batches
     assert (metrics["rollouts"], metrics["rollouts_failed"], len(batch)) == (12, 0, 12 * CALLS)
     assert {t.reward for t in batch} == {1.0}
+
+
+async def test_fit_with_one_runner_process_apart_from_the_trainer() -> None:
+    store = InMemoryStore()
+    async with ScriptedUpstream() as upstream:
+        algorithm = RecordingAlgorithm(upstream)
+        trainer = Trainer(
+            algorithm,
+            store=store,
+            runner_process=True,
+            concurrency=4,
+            batch_size=6,
+            n_samples=2,
+            console=Console(file=io.StringIO()),
+        )
+        (metrics,) = await trainer.afit(three_calls_async, [{"text": f"t{i}"} for i in range(6)])
+    (batch,) = algorithm.batches
+    assert (metrics["rollouts"], metrics["rollouts_failed"], len(batch)) == (12, 0, 12 * CALLS)
+    workers = {a.worker_id for r in await store.list_rollouts() for a in await store.list_attempts(r.rollout_id)}
+    assert len(workers) == 1
+    assert not any(is_worker_of(worker, os.getpid()) for worker in workers)  # the agent ran in another process

@@ -78,8 +78,13 @@ class Trainer:
         store: a store, or a URL for :func:`relight.open_store` (``sqlite:////abs/path.db``: four slashes
             for an absolute path). By default ``fit`` keeps one in its run folder (``store.db``) and
             ``dev`` one in memory.
-        n_runners: runner processes; 1 runs the agent in this process. With more, a store that
-            lives in this process is served to them over HTTP on loopback.
+        n_runners: runner processes; 1 runs the agent in this process unless ``runner_process``.
+            With processes, a store that lives in this process is served to them over HTTP on loopback.
+        runner_process: run the one runner of ``n_runners=1`` in a process of its own, as more
+            runners always are (and as Agent Lightning runs its one runner by default): the agent and
+            its client then use another core than the gateway, the store and the algorithm, and the
+            agent must be importable there (see :class:`relight.runner.RunnerProcesses`). In this
+            process by default: nothing to pickle, one process to debug.
         runners: runners beyond this machine instead, e.g. ``RayRunners(8)`` (:mod:`relight.ray_runners`);
             give them a store they can reach (``http://`` of ``relight store serve``) and a gateway
             host they can reach (``gateway={"host": "0.0.0.0"}``).
@@ -92,7 +97,7 @@ class Trainer:
         max_attempts: tries per rollout before it fails.
         timeout: seconds one attempt may run; None for no limit.
         lease_seconds: how long an attempt stays a runner's without a heartbeat; a runner that dies
-            holds its rollouts this long at most (``n_runners > 1`` fails them at once on noticing).
+            holds its rollouts this long at most (a runner process that dies fails them at once on noticing).
         heartbeat_seconds: how often runners renew leases; a third of ``lease_seconds`` by default.
         max_runner_restarts: runner processes that die are restarted this many times in all;
             ``fit()`` fails once none is left.
@@ -116,6 +121,7 @@ class Trainer:
         *,
         store: Store | str | None = None,
         n_runners: int = 1,
+        runner_process: bool = False,
         runners: RunnerGroup | None = None,
         concurrency: int = 16,
         batch_size: int = 8,
@@ -144,6 +150,7 @@ class Trainer:
         self.algorithm = algorithm
         self.store = store
         self.n_runners = n_runners
+        self.runner_process = runner_process
         self.runners = runners
         self.concurrency = concurrency
         self.batch_size = batch_size
@@ -401,7 +408,7 @@ class Trainer:
                             yield _Loop(store, gateway)
                         finally:
                             await asyncio.to_thread(self.runners.stop)
-                elif self.n_runners == 1:
+                elif self.n_runners == 1 and not self.runner_process:
                     runner = Runner(agent, store, gateway=gateway, **options)
                     running = asyncio.create_task(runner.run())
                     try:

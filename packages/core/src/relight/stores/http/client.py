@@ -7,6 +7,10 @@ limit); agents should hand spans to a :class:`relight.batcher.SpanBatcher` rathe
 trip per span. ``claim`` and ``wait`` long-poll: each request is held by the server until there is an
 answer or its poll limit passes, and is then repeated until the caller's own timeout.
 
+It talks HTTP through :class:`relight._http.HttpClient`, the lean keep-alive client the gateway
+forwards with: httpx spent ~0.6 ms of CPU on each request, and the store calls of a runner process
+(claim, spans, finish) took a third of its time besides the agent's; this one spends ~0.05 ms.
+
 Transient faults (a connection the server dropped, a server restarting, a 502/503/504) are retried
 with backoff and jitter under ``retry`` (a :class:`relight._retry.RetryPolicy`). Every call can be
 retried safely: reads, heartbeats, waits, cancels and span writes are idempotent, ``enqueue`` names
@@ -21,10 +25,11 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable, Mapping, Sequence
+from urllib.parse import urlencode
 
-import httpx
 from pydantic import BaseModel, JsonValue
 
+from relight._http import HttpClient
 from relight._retry import RetryPolicy, retry_async
 from relight._server import CLIENT_KEEP_ALIVE_SECONDS
 from relight.errors import ConfigError, LeaseLostError, StoreUnavailableError
@@ -100,14 +105,9 @@ class HttpStore:
         self.max_request_bytes = max_request_bytes
         self.retry = retry or RetryPolicy()
         token = token or os.environ.get(TOKEN_ENV) or None
-        headers = {"content-type": "application/json"}
-        if token:
-            headers["authorization"] = f"Bearer {token}"
-        self._client = httpx.AsyncClient(
-            base_url=self.url + _wire.PREFIX,
-            headers=headers,
-            timeout=timeout,
-            limits=httpx.Limits(keepalive_expiry=keep_alive_seconds),
+        headers = {"Authorization": f"Bearer {token}"} if token else None
+        self._client = HttpClient(
+            self.url + _wire.PREFIX, headers=headers, timeout=timeout, keep_alive=keep_alive_seconds
         )
         self._closed = False
 
@@ -216,7 +216,7 @@ class HttpStore:
 
     async def _post_spans(self, spans: Sequence[Span], payload: bytes) -> None:
         if len(payload) <= self.max_request_bytes:
-            await self._request("POST", "/spans", content=payload)
+            await self._request("POST", "/spans", payload)
             return
         if len(spans) == 1:
             raise ConfigError(
@@ -265,8 +265,8 @@ class HttpStore:
         return deadline is not None and asyncio.get_running_loop().time() >= deadline
 
     async def _get(self, path: str, params: Mapping[str, object]) -> bytes:
-        query = {key: str(value) for key, value in params.items() if value is not None}
-        return await self._request("GET", path, params=query)
+        query = urlencode({key: str(value) for key, value in params.items() if value is not None})
+        return await self._request("GET", f"{path}?{query}" if query else path)
 
     async def _post(
         self,
@@ -280,15 +280,14 @@ class HttpStore:
         """POST ``body``; ``once`` gives the call a request id, for endpoints that must not act twice."""
         headers = {_wire.REQUEST_ID_HEADER: new_id("req")} if once else None
         content = body.model_dump_json().encode()
-        return await self._request("POST", path, content=content, poll=poll, headers=headers, on_retry=on_retry)
+        return await self._request("POST", path, content, poll=poll, headers=headers, on_retry=on_retry)
 
     async def _request(
         self,
         method: str,
         path: str,
+        content: bytes = b"",
         *,
-        content: bytes | None = None,
-        params: Mapping[str, str] | None = None,
         poll: float | None = None,
         headers: Mapping[str, str] | None = None,
         on_retry: Callable[[BaseException], None] | None = None,
@@ -300,13 +299,14 @@ class HttpStore:
             self._check_open()
             try:
                 response = await self._client.request(
-                    method, path, content=content, params=params, headers=headers, timeout=timeout
+                    method, path, content, content_type="application/json", headers=headers, timeout=timeout
                 )
-            except httpx.TransportError as error:
+                reply = await response.read()
+            except OSError as error:  # refused, dropped, malformed or past the timeout (TimeoutError)
                 raise StoreUnavailableError(f"could not reach the store server at {self.url}: {error!r}") from error
-            if response.is_success:
-                return response.content
-            raise _wire.error_from_reply(response.status_code, response.content, self.url)
+            if 200 <= response.status < 300:
+                return reply
+            raise _wire.error_from_reply(response.status, reply, self.url)
 
         return await retry_async(
             once,
