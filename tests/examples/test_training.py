@@ -61,6 +61,14 @@ other one-step problems earned nothing in 29 (0 of 10 with the same template and
 multiplied the 12 of the calculator's example ``12 * (3 + 4)``). At 0.83 a group of 8 is all right with p 0.23,
 so a step stays flat after its two resamplings with p 0.01, and both steps with p 1e-4."""
 
+RAG = replace(STEPS, samples_per_task=6)
+"""rag: both steps train the demonstrated two-hop question, in groups of 6. How often the warm-started policy makes
+both searches and answers it right depends on the seed: right in 9 of 11 samples with seed 1, 2 of 19 with seed 2.
+With groups of 3, and the other step on a question it had not seen (its answer was never found), seed 0 drew no
+right answer in 9 and the run had no signal, while seeds 1 and 2 passed; a change in the runner's timing alone
+reorders the engine's draws, so CI failed or passed with it. At 2 in 19, a group of 6 comes back flat with p 0.53,
+and six groups in a row with p 0.02."""
+
 
 def scenario(name: str) -> dict[str, Any]:
     """The agent, data, script and trained roles each example's training command uses."""
@@ -86,7 +94,8 @@ def scenario(name: str) -> dict[str, Any]:
         import rag_data
         from rag_scripted import scripted_model
 
-        return {"agent": rag_agent.research, "train": rag_data.load("train"), "val": rag_data.load("dev"),
+        pelval = rag_data.load("train")[:1]  # who made The Pelval Garden, then where were they born: two searches
+        return {"agent": rag_agent.research, "train": pelval, "val": rag_data.load("dev"),
                 "script": scripted_model, "roles": None, "expect": {"researcher"}}  # fmt: skip
     import math_crew
     from crew_scripted import scripted_model
@@ -112,7 +121,7 @@ def test_two_steps_train_the_right_roles_on_the_policy_each_step_left(
     def remember(transitions: Sequence[Transition], metrics: Mapping[str, float]) -> None:
         updates.append((transitions, metrics))
 
-    recipe = {"rag": STEPS, "crew": CREW}.get(name, TOP_LAYERS)
+    recipe = {"rag": RAG, "crew": CREW}.get(name, TOP_LAYERS)
     engine = recipe_module.load_engine(smollm2_path)
     before = [parameter.detach().clone() for parameter in engine.model.parameters()]
     try:
