@@ -63,11 +63,11 @@ so a step stays flat after its two resamplings with p 0.01, and both steps with 
 
 RAG = replace(STEPS, samples_per_task=6)
 """rag: both steps train the demonstrated two-hop question, in groups of 6. How often the warm-started policy makes
-both searches and answers it right depends on the seed: right in 9 of 11 samples with seed 1, 2 of 19 with seed 2.
-With groups of 3, and the other step on a question it had not seen (its answer was never found), seed 0 drew no
-right answer in 9 and the run had no signal, while seeds 1 and 2 passed; a change in the runner's timing alone
-reorders the engine's draws, so CI failed or passed with it. At 2 in 19, a group of 6 comes back flat with p 0.53,
-and six groups in a row with p 0.02."""
+both searches and answers it right depends on the seed: 9 of 11 samples with seed 1, 3 of 20 with seed 2. With
+groups of 3, and one of the steps on a question it had not seen (it answered with the demonstrated city), seed 0
+drew no right answer in 18 samples and the run had no signal while seeds 1 and 2 passed; a change in the runner's
+timing alone reorders the engine's draws, so CI failed or passed with it. At 3 in 20 a group of 6 comes back flat
+with p 0.38, and the six groups of two steps with p 0.003. Seeds 0 and 2 passed this way (6 of 14 and 5 of 26)."""
 
 
 def scenario(name: str) -> dict[str, Any]:
