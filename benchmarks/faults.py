@@ -35,7 +35,7 @@ from rich.table import Table
 from relight.errors import StoreUnavailableError
 from relight.gateway import Gateway
 from relight.models import AttemptStatus, Rollout, RolloutRequest, RolloutStatus, SpanKind
-from relight.runner import RunnerProcesses
+from relight.runner_processes import RunnerProcesses
 from relight.stores.http import HttpStore
 from relight.supervisor import RunnerSupervisor
 from relight.testing.agents import CALLS, three_calls_async

@@ -41,7 +41,7 @@ from rich.table import Table
 from relight.gateway import Gateway
 from relight.models import RolloutRequest, RolloutStatus
 from relight.plugins import open_store
-from relight.runner import RunnerProcesses
+from relight.runner_processes import RunnerProcesses
 from relight.store import Store
 from relight.testing.agents import three_calls_async
 from relight.testing.postgres import PostgresServer, postgres_unavailable

@@ -14,7 +14,7 @@ from rich.console import Console
 from relight import Trainer, semconv
 from relight.gateway import Gateway
 from relight.models import AttemptStatus, Rollout, RolloutRequest, RolloutStatus, SpanKind
-from relight.runner import RunnerProcesses
+from relight.runner_processes import RunnerProcesses
 from relight.store import Store
 from relight.stores.http import HttpStore
 from relight.supervisor import RunnersDiedError

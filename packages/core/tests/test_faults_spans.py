@@ -17,7 +17,8 @@ from relight.agent import LLM, rollout
 from relight.context import current_attempt
 from relight.gateway import Gateway
 from relight.models import AttemptStatus, RolloutRequest, RolloutStatus, SpanKind
-from relight.runner import Runner, RunnerProcesses
+from relight.runner import Runner
+from relight.runner_processes import RunnerProcesses
 from relight.stores.http import HttpStore
 from relight.stores.http.server import create_app
 from relight.stores.memory import InMemoryStore

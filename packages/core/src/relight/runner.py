@@ -23,17 +23,14 @@ import contextvars
 import functools
 import logging
 import math
-import multiprocessing
 import os
-import signal
 import socket
 import traceback
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable
 from dataclasses import dataclass
-from multiprocessing.context import SpawnProcess
 from typing import Any, cast
 
-from relight import _loop, tracing
+from relight import tracing
 from relight._http import HttpClient
 from relight._retry import RetryPolicy, retry_async
 from relight._server import CLIENT_KEEP_ALIVE_SECONDS
@@ -45,7 +42,6 @@ from relight.errors import ConfigError, LeaseLostError, StoreError
 from relight.gateway import Gateway, GatewayError
 from relight.gateway.sessions import api_key_for
 from relight.models import Attempt, AttemptStatus, Mode, Rollout, new_id
-from relight.plugins import open_store
 from relight.store import DEFAULT_LEASE_SECONDS, Store
 
 _CLAIMS_AT_ONCE = 4
@@ -53,7 +49,7 @@ _CLAIMS_AT_ONCE = 4
 store, ~15 ms where the store's process is busy (its loop, then its writer thread); one at a time, slots
 refilled no faster than that: ~7 of 32 attempts ran at once in the loop benchmark, 23 with four."""
 
-__all__ = ["Runner", "RunnerProcesses", "RunnerStats", "is_worker_of", "llm_for", "run_runner_process"]
+__all__ = ["Runner", "RunnerStats", "is_worker_of", "llm_for"]
 
 logger = logging.getLogger(__name__)
 
@@ -414,79 +410,6 @@ class Runner:
             self.stats.timed_out += 1
         else:
             self.stats.failed += 1
-
-
-def run_runner_process(agent: Agent, store_url: str, options: Mapping[str, Any]) -> None:
-    """A runner process's main: run ``Runner(agent, open_store(store_url), **options)`` until SIGTERM or SIGINT."""
-
-    async def main() -> None:
-        store = open_store(store_url)
-        runner = Runner(agent, store, **options)
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, runner.stop)
-        try:
-            await runner.run()
-        finally:
-            await store.close()
-
-    _loop.run(main())
-
-
-class RunnerProcesses:
-    """``count`` runner processes sharing the store at ``store_url`` (an HTTP store server).
-
-    The agent travels to each process by pickling (a ``@relight.rollout`` function by its module and
-    name), so it must be importable there. Processes start fresh (``spawn``): no state is inherited.
-    :meth:`restart` replaces one that died (see :class:`relight.supervisor.RunnerSupervisor`).
-
-    Args:
-        options: keyword arguments of :class:`Runner` (``gateway_url``, ``model``, ``concurrency``, …).
-    """
-
-    def __init__(self, count: int, agent: Agent, store_url: str, **options: Any) -> None:
-        if count < 1:
-            raise ConfigError(f"the number of runner processes must be at least 1, got {count}")
-        self._context = multiprocessing.get_context("spawn")
-        self._agent = agent
-        self._store_url = store_url
-        self._options = options
-        self.processes: list[SpawnProcess] = [self._process(index) for index in range(count)]
-
-    def _process(self, index: int) -> SpawnProcess:
-        own = dict(self._options)
-        if "worker_id" in own:
-            own["worker_id"] = f"{own['worker_id']}-{index}"
-        return self._context.Process(
-            target=run_runner_process,
-            args=(self._agent, self._store_url, own),
-            name=f"relight-runner-{index}",
-            daemon=True,
-        )
-
-    def start(self) -> None:
-        for process in self.processes:
-            process.start()
-
-    def restart(self, index: int) -> SpawnProcess:
-        """Start a fresh process in place of process ``index`` (which has exited)."""
-        process = self._process(index)
-        process.start()
-        self.processes[index] = process
-        return process
-
-    def stop(self, *, grace_seconds: float = 30.0) -> None:
-        """Ask each process to finish its attempts and exit; kill those still running after ``grace_seconds``."""
-        for process in self.processes:
-            if process.pid is not None and process.is_alive():
-                os.kill(process.pid, signal.SIGTERM)
-        for process in self.processes:
-            if process.pid is None:
-                continue
-            process.join(grace_seconds)
-            if process.is_alive():
-                process.kill()
-                process.join()
 
 
 def is_worker_of(worker_id: str, pid: int) -> bool:

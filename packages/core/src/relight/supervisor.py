@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 
 from relight.errors import ConfigError, InvalidStateError, NotFoundError, RelightError
 from relight.models import AttemptStatus, RolloutStatus
-from relight.runner import RunnerProcesses, is_worker_of
+from relight.runner import is_worker_of
+from relight.runner_processes import RunnerProcesses
 from relight.store import Store
 
 __all__ = ["RunnerSupervisor", "RunnersDiedError"]

@@ -43,8 +43,9 @@ from relight.plugins import open_store
 from relight.progress import RunProgress
 from relight.rolecheck import RoleCheck
 from relight.runfolder import RunFolder, default_run_dir
-from relight.runner import Runner, RunnerProcesses
+from relight.runner import Runner
 from relight.runner_groups import RunnerGroup
+from relight.runner_processes import RunnerProcesses
 from relight.steps import LoopHooks, TrainingLoop
 from relight.store import DEFAULT_LEASE_SECONDS, Store
 from relight.supervisor import RunnerSupervisor
@@ -83,7 +84,7 @@ class Trainer:
         runner_process: run the one runner of ``n_runners=1`` in a process of its own, as more
             runners always are (and as Agent Lightning runs its one runner by default): the agent and
             its client then use another core than the gateway, the store and the algorithm, and the
-            agent must be importable there (see :class:`relight.runner.RunnerProcesses`). In this
+            agent must be importable there (see :class:`relight.runner_processes.RunnerProcesses`). In this
             process by default: nothing to pickle, one process to debug.
         runners: runners beyond this machine instead, e.g. ``RayRunners(8)`` (:mod:`relight.ray_runners`);
             give them a store they can reach (``http://`` of ``relight store serve``) and a gateway

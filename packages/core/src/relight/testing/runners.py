@@ -17,7 +17,7 @@ from pydantic import JsonValue
 from relight._server import AsgiServer
 from relight.gateway import Gateway
 from relight.models import Rollout, RolloutRequest
-from relight.runner import RunnerProcesses
+from relight.runner_processes import RunnerProcesses
 from relight.stores.http.server import create_app
 from relight.stores.memory import InMemoryStore
 from relight.testing.agents import three_calls
