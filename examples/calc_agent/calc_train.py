@@ -6,8 +6,8 @@ The recipe (README.md says why and what it measured), sized for two shared CPU c
 runs of one to three steps as demonstrations (272 calls), 24 SFT steps of 8 calls at 3e-4 (the
 formats and part of the problems: held-out reward ~0.1-0.3, room for RL); then GRPO at 3e-5
 on 4 problems x 8 samples per update, 13 updates, the problems drawn balanced over the templates;
-only the top 10 of the 30 layers train; greedy
-evaluation on 32 held-out problems before the first update and after the last.
+only the top 10 of the 30 layers train; greedy evaluation on 32 held-out problems before the
+first update and after the last.
 """
 
 from __future__ import annotations
