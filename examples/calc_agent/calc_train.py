@@ -30,6 +30,7 @@ RECIPE = Recipe(
     eval_tasks=32,
     trained_layers=10,
     balance_by="kind",
+    curriculum=True,
 )
 
 
