@@ -30,7 +30,6 @@ RECIPE = Recipe(
     eval_tasks=32,
     trained_layers=10,
     balance_by="kind",
-    curriculum=True,
 )
 
 

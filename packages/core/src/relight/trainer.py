@@ -187,11 +187,6 @@ class Trainer:
     ) -> list[dict[str, float]]:
         """Train the algorithm's policy on the agent's rollouts; returns each step's metrics.
 
-        The synchronous loop reads step ``k``'s tasks, ``train_dataset[(k - 1) * batch_size : k * batch_size]``,
-        when that step begins, after step ``k - 1``'s update: a ``Sequence`` that draws its tasks as they are
-        first read can choose each batch from what earlier updates showed (a curriculum such as
-        ``relight_torch.curriculum.SignalCurriculum``).
-
         ``dashboard=True`` serves ``relight dashboard`` of the run's store while it trains and prints its URL.
         """
         return _loop.run(self.afit(agent, train_dataset, val_dataset, dashboard=dashboard))

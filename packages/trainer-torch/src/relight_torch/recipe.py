@@ -45,7 +45,6 @@ from relight.models import Mode, RolloutStatus, SpanKind, Transition
 from relight.store import Store
 from relight.testing.upstream import Script, ScriptedUpstream
 from relight.transitions import RoleFilter, TransitionBuilder
-from relight_torch.curriculum import SignalCurriculum
 from relight_torch.engine import TorchEngine
 from relight_torch.grpo import GRPO, UpdateCallback
 from relight_torch.sft import SFT, Conversation, conversation_samples
@@ -77,9 +76,6 @@ class Recipe:
     balance_by: str | None = None
     """A task field (calc's ``kind``) whose values the training draw takes in turn, so that every kind of task
     is trained on about as often, whatever the seed; None: shuffled passes over the tasks."""
-    curriculum: bool = False
-    """With ``balance_by``: draw each step's kinds as the step begins, favouring those whose last group had signal
-    (:class:`relight_torch.curriculum.SignalCurriculum`) instead of taking every kind in turn."""
     dynamic_sampling: int = 0
     """Extra rounds per step that sample again the tasks whose group came back flat (all rewards equal)."""
     token_budget: int = 1024
@@ -216,15 +212,8 @@ def train_agent(
     sft_loss = warm_start(engine, conversations, recipe, console)
     warmed = time.perf_counter()
     count = recipe.iterations * recipe.tasks_per_iteration
-    sampled = [{**task, "temperature": recipe.train_temperature} for task in train]
-    train_tasks: Sequence[Mapping[str, JsonValue]]
-    if recipe.curriculum:
-        if recipe.balance_by is None:
-            raise ValueError("Recipe(curriculum=True) needs balance_by: the task field that names each task's kind")
-        curriculum = SignalCurriculum(sampled, count, recipe.tasks_per_iteration, rng, recipe.balance_by)
-        train_tasks, callbacks = curriculum, [curriculum.observe, *callbacks]
-    else:
-        train_tasks = draw_tasks(sampled, count, rng, recipe.balance_by)
+    drawn = draw_tasks(train, count, rng, recipe.balance_by)
+    train_tasks = [{**task, "temperature": recipe.train_temperature} for task in drawn]
     val_tasks = [{**task, "temperature": 0.0} for task in list(val)[: recipe.eval_tasks]]
     tracker = _TokenCount()
     algorithm = recipe.grpo(engine, callbacks=[tracker, *callbacks])
