@@ -3,10 +3,10 @@
 python examples/crew/crew_train.py --out runs/crew [--seed 0] [--iterations 8]
 
 The recipe (README.md says why and what it measured), sized for two shared CPU cores: 32 scripted
-runs as demonstrations, 24 SFT steps of 8 of the analyst's calls at 2e-4; then GRPO at 3e-5 on
-4 problems x 4 samples per update, 8 updates; only the top 10 of the 30 layers train (the lower 20
-run forward only, which is what makes CrewAI's long prompts affordable); greedy evaluation on 32
-held-out problems before the first update and after the last.
+runs as demonstrations (one calculator expression per problem), 24 SFT steps of 8 of the analyst's
+calls at 2e-4; then GRPO at 3e-5 on 4 problems x 8 samples per update, 16 updates; only the top
+10 of the 30 layers train (the lower 20 run forward only, which is what makes CrewAI's long prompts
+affordable); greedy evaluation on 32 held-out problems before the first update and after the last.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from relight_torch.recipe import Recipe, main
 RECIPE = Recipe(
     sft_steps=24,
     sft_lr=2e-4,
-    iterations=8,
+    iterations=16,
+    samples_per_task=8,
     lr=3e-5,
     eval_tasks=32,
     trained_layers=10,

@@ -68,7 +68,7 @@ def build_crew(llm: Any, question: str, *, temperature: float = 1.0) -> Crew:
 
     analyst = Agent(
         role=TRAINED_ROLE,
-        goal="Work out the number a word problem asks for, one calculator call per step.",
+        goal="Work out the number a word problem asks for: one calculator call with the whole calculation.",
         backstory="You never do arithmetic in your head.",
         llm=model(temperature),
         tools=[calculator],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -43,7 +44,25 @@ async def test_dev_mode_solves_the_problems_and_only_the_analyst_is_trained(dev,
     assert {t.role for t in run.transitions} == {"Analyst"}
     assert {(name, role, ok) for name, role, ok in run.tools()} == {("calculator", "Analyst", True)}
     analyst_calls = run.roles(SpanKind.ROLE).count("Analyst")
-    assert len(run.transitions) == analyst_calls == len(run.tools()) + 4, "one call per step, then the result"
+    assert len(run.tools()) == 4, "one calculator call per problem"
+    assert len(run.transitions) == analyst_calls == 8, "the calculator call, then the result"
+
+
+def test_the_analysts_one_expression_gives_each_problems_result() -> None:
+    from calc_agent import calculator
+    from crew_scripted import one_expression
+
+    for line in example_file("calc_agent/data/test.jsonl", near=__file__).read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        expression = one_expression(record["chain"])
+        assert expression is not None
+        assert float(calculator(expression)) == float(record["result"]), record["chain"]
+    chain = (
+        '<gadget id="calculator">384 + 36</gadget><output>420</output> '
+        '<gadget id="calculator">420 / 12</gadget><output>35</output> <result>35</result>'
+    )
+    assert one_expression(chain) == "(384 + 36) / 12"
+    assert one_expression("") is None
 
 
 def test_the_readme_command_runs_offline(tmp_path: Path, crew: ModuleType) -> None:
