@@ -1,6 +1,6 @@
 """Train the crew's analyst on the CPU: SmolLM2-135M-Instruct, a warm start, then GRPO; the reporter is not trained.
 
-python examples/crew/crew_train.py --out runs/crew [--seed 0] [--iterations 8]
+python examples/crew/crew_train.py --out runs/crew [--seed 0] [--iterations 16]
 
 The recipe (README.md says why and what it measured), sized for two shared CPU cores: 32 scripted
 runs as demonstrations (one calculator expression per problem), 24 SFT steps of 8 of the analyst's
