@@ -31,12 +31,7 @@ def one_expression(chain: str) -> str | None:
         for value, earlier in reversed(folded):
             expression = re.sub(rf"(?<![\d.]){re.escape(value)}(?![\d.])", f"({earlier})", expression, count=1)
         folded.append((output.strip(), expression))
-    if not folded:
-        return None
-    try:
-        return ast.unparse(ast.parse(folded[-1][1], mode="eval"))
-    except SyntaxError:
-        return folded[-1][1]
+    return ast.unparse(ast.parse(folded[-1][1], mode="eval")) if folded else None
 
 
 @functools.cache
