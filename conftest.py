@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from relight.runfolder import RUNS_ENV
+from relight.training.run_folder import RUNS_ENV
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -46,7 +46,7 @@ from rich.console import Console
 from rich.table import Table
 
 import relight
-from relight import _loop
+from relight._internal import loop as _loop
 from relight_torch.demo.agent import calculator_agent
 from relight_torch.demo.calculator import problems
 from relight_torch.demo.run import Recipe, warm_start

@@ -42,9 +42,9 @@ from rich.table import Table
 
 from relight import semconv
 from relight.dashboard import Dashboard
-from relight.models import AttemptStatus, Mode, RolloutRequest, Span, SpanKind
+from relight.records import AttemptStatus, Mode, RolloutRequest, Span, SpanKind
 from relight.stores.sqlite import SqliteStore
-from relight.transitions import TransitionBuilder
+from relight.transitions.builder import TransitionBuilder
 
 CHUNK = 500
 """Rollouts filled at once: their writes gather into few commits."""

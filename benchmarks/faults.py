@@ -34,13 +34,13 @@ from rich.table import Table
 
 from relight.errors import StoreUnavailableError
 from relight.gateway import Gateway
-from relight.models import AttemptStatus, Rollout, RolloutRequest, RolloutStatus, SpanKind
-from relight.runner_processes import RunnerProcesses
+from relight.records import AttemptStatus, Rollout, RolloutRequest, RolloutStatus, SpanKind
+from relight.runners.processes import RunnerProcesses
+from relight.runners.supervisor import RunnerSupervisor
+from relight.scripted.server import ScriptedUpstream
 from relight.stores.http import HttpStore
-from relight.supervisor import RunnerSupervisor
-from relight.testing.agents import CALLS, three_calls_async
-from relight.testing.faults import StoreServerProcess
-from relight.testing.upstream import ScriptedUpstream
+from relight_testing.agents import CALLS, three_calls_async
+from relight_testing.faults import StoreServerProcess
 
 SCENARIOS = ("none", "kill", "restart", "both")
 

@@ -41,7 +41,7 @@
   instant upstream, nothing of relight around them. Its CPU per rollout is a floor under the loop's
   in one process; ``ceiling_rollouts_per_s`` is what that floor allows.
 
-Every part runs on relight's event loop (:mod:`relight._loop`: uvloop where installed; set
+Every part runs on relight's event loop (:mod:`relight._internal.loop`: uvloop where installed; set
 ``RELIGHT_UVLOOP=0`` to compare with asyncio's).
 
     python benchmarks/gateway_overhead.py            # a table
@@ -67,16 +67,17 @@ from pydantic import JsonValue
 from rich.console import Console
 from rich.table import Table
 
-from relight import Trainer, _loop
-from relight._http import HttpClient
-from relight._server import AsgiServer
+from relight import Trainer
+from relight._internal import loop as _loop
+from relight._internal.http import HttpClient
+from relight._internal.server import AsgiServer
 from relight.agent import LLM
 from relight.gateway import Gateway
-from relight.models import RolloutRequest
+from relight.records import RolloutRequest
+from relight.scripted.server import ScriptedUpstream
 from relight.stores.memory import InMemoryStore
-from relight.testing.agents import CALLS, three_calls, three_calls_async
-from relight.testing.algorithms import RecordingAlgorithm
-from relight.testing.upstream import ScriptedUpstream
+from relight_testing.agents import CALLS, three_calls, three_calls_async
+from relight_testing.algorithms import RecordingAlgorithm
 
 REQUEST = {"model": "scripted", "messages": [{"role": "user", "content": "What is 2 + 2? Answer briefly."}]}
 LONG_REPLY = "Four: two and two make four, as counting on your fingers shows. " * 3

@@ -1,6 +1,6 @@
 """Rollouts/s and spans/s with more runner processes, for each way of sharing the store.
 
-Every rollout is a real agent (``relight.testing.agents:three_calls_async``: the openai client, three
+Every rollout is a real agent (``relight_testing.agents:three_calls_async``: the openai client, three
 chat calls through relight's gateway) answered by an instant model (the scripted upstream), so what
 is measured is relight's own cost: claiming, leases, spans, finishing. Runner processes are the real
 ``RunnerProcesses``. Three stores:
@@ -39,13 +39,13 @@ from rich.progress import Progress
 from rich.table import Table
 
 from relight.gateway import Gateway
-from relight.models import RolloutRequest, RolloutStatus
 from relight.plugins import open_store
-from relight.runner_processes import RunnerProcesses
+from relight.records import RolloutRequest, RolloutStatus
+from relight.runners.processes import RunnerProcesses
+from relight.scripted.server import ScriptedUpstream
 from relight.store import Store
-from relight.testing.agents import three_calls_async
-from relight.testing.postgres import PostgresServer, postgres_unavailable
-from relight.testing.upstream import ScriptedUpstream
+from relight_testing.agents import three_calls_async
+from relight_testing.postgres import PostgresServer, postgres_unavailable
 
 STORES = ("sqlite", "http+sqlite", "http+postgresql")
 AGENT_LIGHTNING = "9–57 rollouts/s (1,000 runners, 32–64 cores)"

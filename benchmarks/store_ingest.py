@@ -42,14 +42,14 @@ from rich.progress import Progress
 from rich.table import Table
 
 from relight import semconv
-from relight.batcher import SpanBatcher
-from relight.models import AttemptStatus, RolloutRequest, Span
+from relight.records import AttemptStatus, RolloutRequest, Span
 from relight.store import Store
 from relight.stores.http import HttpStore
 from relight.stores.memory import InMemoryStore
 from relight.stores.postgres import PostgresStore
 from relight.stores.sqlite import SqliteStore
-from relight.testing.postgres import PostgresServer
+from relight.tracing.batcher import SpanBatcher
+from relight_testing.postgres import PostgresServer
 
 SPANS_PER_ATTEMPT = 40
 AGENT_LIGHTNING = {"memory": 5_000, "sqlite": 5_000, "postgresql": 5_000, "http": 400}

@@ -69,7 +69,7 @@ def measure(logprobs: str, recompute: str, token_budget: int, optimizer: str) ->
     """Two updates in this process; returns their figures."""
     import torch
 
-    from relight.models import Transition
+    from relight.records import Transition
     from relight_torch.engine import TorchEngine
     from relight_torch.grpo import GRPO
     from relight_torch.models import smollm2

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import relight
-from relight.transitions import RoleFilter, TransitionBuilder
+from relight.transitions.builder import RoleFilter, TransitionBuilder
 
 HERE = Path(__file__).parent
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 from verl.trainer.config import AlgoConfig
 
-from relight.models import Transition
+from relight.records import Transition
 from relight_torch.advantages import grpo_advantages, reinforce_pp_advantages
 from relight_verl.advantages import compute_advantages
 from relight_verl.batch import build_batch

@@ -16,9 +16,9 @@ import torch
 
 from relight import semconv
 from relight.gateway import Gateway
-from relight.models import RolloutRequest
+from relight.records import RolloutRequest
 from relight.stores.memory import InMemoryStore
-from relight.transitions import TransitionBuilder
+from relight.transitions.builder import TransitionBuilder
 
 relight_torch = pytest.importorskip("relight_torch")
 from relight_torch.engine import TorchEngine  # noqa: E402

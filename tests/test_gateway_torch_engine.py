@@ -8,7 +8,7 @@ import pytest
 from relight import semconv
 from relight.engine import SamplingParams
 from relight.gateway import Gateway, HuggingFaceRetokenizer
-from relight.models import RolloutRequest
+from relight.records import RolloutRequest
 from relight.stores.memory import InMemoryStore
 
 relight_torch = pytest.importorskip("relight_torch")

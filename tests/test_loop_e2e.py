@@ -13,12 +13,12 @@ from rich.console import Console
 
 from relight import Trainer
 from relight.agent import Agent
-from relight.models import AttemptStatus, Mode, RolloutStatus
-from relight.runner import is_worker_of
+from relight.records import AttemptStatus, Mode, RolloutStatus
+from relight.runners.runner import is_worker_of
+from relight.scripted.server import ScriptedUpstream, decode
 from relight.stores.memory import InMemoryStore
-from relight.testing.agents import CALLS, three_calls, three_calls_async
-from relight.testing.algorithms import RecordingAlgorithm
-from relight.testing.upstream import ScriptedUpstream, decode
+from relight_testing.agents import CALLS, three_calls, three_calls_async
+from relight_testing.algorithms import RecordingAlgorithm
 
 TASKS_PER_STEP, SAMPLES, STEPS = 25, 4, 2  # 200 rollouts of 3 calls each
 

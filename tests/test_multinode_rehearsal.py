@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from relight.testing.postgres import PostgresServer, postgres_unavailable
+from relight_testing.postgres import PostgresServer, postgres_unavailable
 
 _UNAVAILABLE = postgres_unavailable()
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(_UNAVAILABLE is not None, reason=_UNAVAILABLE or "")]

@@ -16,10 +16,10 @@ from langchain_openai import ChatOpenAI
 from rich.console import Console
 
 import relight
-from relight.models import Transition
+from relight.records import Transition
 from relight.stores.memory import InMemoryStore
-from relight.testing.examples import example_file, load_example
-from relight.transitions import TransitionBuilder
+from relight.transitions.builder import TransitionBuilder
+from relight_testing.examples import example_file, load_example
 
 torch = pytest.importorskip("torch")
 torch_trainer = pytest.importorskip("relight_torch")

@@ -29,8 +29,7 @@ from autogen_core.models import ModelInfo
 from autogen_ext.models.openai import OpenAIChatCompletionClient
 
 import relight
-from relight.testing.examples import run_dev_example
-from relight.testing.upstream import Reply, ScriptRequest, ToolCall
+from relight.scripted import Reply, ScriptRequest, ToolCall, run_dev_example
 
 SOLVER_PROMPT = "You are the solver. Use the calculator, then reply 'Answer: <number>'."
 REVIEWER_PROMPT = "You are the reviewer. Check the solver's answer and reply APPROVED when it is right."

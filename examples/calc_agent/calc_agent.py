@@ -119,6 +119,6 @@ if __name__ == "__main__":
     from calc_data import load
     from calc_scripted import scripted_model
 
-    from relight.testing.examples import run_dev_example
+    from relight.scripted import run_dev_example
 
     run_dev_example(solve, tasks=load("test")[:6], script=scripted_model)

@@ -12,7 +12,7 @@ import re
 
 from calc_data import DATA, SPLITS, load_calc_x
 
-from relight.testing.upstream import Reply, ScriptRequest, ToolCall
+from relight.scripted import Reply, ScriptRequest, ToolCall
 
 _STEP = re.compile(r'<gadget id="calculator">(.*?)</gadget>')
 

@@ -13,7 +13,7 @@ import json
 import re
 from pathlib import Path
 
-from relight.testing.upstream import Reply, ScriptRequest, ToolCall
+from relight.scripted import Reply, ScriptRequest, ToolCall
 
 PROBLEMS = Path(__file__).parents[1] / "calc_agent" / "data"
 _STEP = re.compile(r'<gadget id="calculator">(.*?)</gadget>\s*<output>(.*?)</output>')

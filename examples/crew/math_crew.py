@@ -117,6 +117,6 @@ async def solve(task: dict[str, Any], llm: Any) -> float:
 if __name__ == "__main__":
     from crew_scripted import scripted_model
 
-    from relight.testing.examples import run_dev_example
+    from relight.scripted import run_dev_example
 
     run_dev_example(solve, tasks=load("test")[:4], script=scripted_model)

@@ -14,8 +14,7 @@ from crewai import LLM, Agent, Crew, CrewOutput, Process, Task
 from crewai.tools import tool
 
 import relight
-from relight.testing.examples import run_dev_example
-from relight.testing.upstream import Reply, ScriptRequest, ToolCall
+from relight.scripted import Reply, ScriptRequest, ToolCall, run_dev_example
 
 CAPITALS = {"France": "Paris", "Norway": "Oslo", "Peru": "Lima", "Egypt": "Cairo", "Ireland": "Dublin"}
 

@@ -29,8 +29,7 @@ from langgraph.prebuilt import create_react_agent
 from langgraph.warnings import LangGraphDeprecatedSinceV10
 
 import relight
-from relight.testing.examples import run_dev_example
-from relight.testing.upstream import Reply, ScriptRequest, ToolCall
+from relight.scripted import Reply, ScriptRequest, ToolCall, run_dev_example
 
 # create_react_agent's successor, langchain.agents.create_agent, needs langchain-core >= 1.7.3.
 warnings.filterwarnings("ignore", category=LangGraphDeprecatedSinceV10)

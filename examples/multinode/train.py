@@ -23,7 +23,7 @@ from typing import Any
 import ray
 
 import relight
-from relight.ray_runners import RayRunners
+from relight.runners.ray_actors import RayRunners
 from relight.store import Store
 from relight_torch.demo.agent import calculator_agent
 from relight_torch.demo.calculator import problems

@@ -17,8 +17,7 @@ from agents import Agent, OpenAIChatCompletionsModel, OpenAIResponsesModel, Runn
 from openai import AsyncOpenAI
 
 import relight
-from relight.testing.examples import run_dev_example
-from relight.testing.upstream import Reply, ScriptRequest, ToolCall
+from relight.scripted import Reply, ScriptRequest, ToolCall, run_dev_example
 
 TRIAGE_PROMPT = "You are the triage agent. Hand every weather question to the forecaster."
 FORECASTER_PROMPT = "You are the forecaster. Look the city up with get_forecast, then answer in one sentence."

@@ -88,6 +88,6 @@ if __name__ == "__main__":
     from rag_data import load
     from rag_scripted import scripted_model
 
-    from relight.testing.examples import run_dev_example
+    from relight.scripted import run_dev_example
 
     run_dev_example(research, tasks=load("dev")[:6], script=scripted_model)

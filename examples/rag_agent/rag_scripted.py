@@ -16,7 +16,7 @@ import json
 
 from rag_data import DATA, SPLITS
 
-from relight.testing.upstream import Reply, ScriptRequest, ToolCall
+from relight.scripted import Reply, ScriptRequest, ToolCall
 
 
 @functools.cache

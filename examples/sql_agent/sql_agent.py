@@ -166,6 +166,6 @@ if __name__ == "__main__":
     from sql_data import load
     from sql_scripted import scripted_model
 
-    from relight.testing.examples import run_dev_example
+    from relight.scripted import run_dev_example
 
     run_dev_example(answer, tasks=load("dev")[:6], script=scripted_model)

@@ -16,7 +16,7 @@ import zlib
 
 from sql_data import SPLIT_FILES, load
 
-from relight.testing.upstream import Reply, Script, ScriptRequest
+from relight.scripted import Reply, Script, ScriptRequest
 
 
 @functools.cache

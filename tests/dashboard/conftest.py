@@ -24,8 +24,8 @@ from pydantic import JsonValue
 from rich.console import Console
 
 import relight
-from relight.roles import end_role_span, end_tool_span, start_role_span, start_tool_span
-from relight.transitions import TransitionBuilder
+from relight.tracing.roles import end_role_span, end_tool_span, start_role_span, start_tool_span
+from relight.transitions.builder import TransitionBuilder
 from relight_torch.demo.calculator import TOOLS, answer_reward, calculate
 from relight_torch.engine import TorchEngine
 from relight_torch.grpo import GRPO

@@ -20,10 +20,10 @@ import relight
 from relight import semconv
 from relight.dashboard import Dashboard, decoder_of
 from relight.errors import ConfigError
-from relight.models import Mode, RolloutRequest, RolloutStatus, SpanKind
+from relight.records import Mode, RolloutRequest, RolloutStatus, SpanKind
 from relight.store import Store
-from relight.transitions import episode_return, last_attempt_spans
-from relight.verdicts import Reason
+from relight.transitions.builder import episode_return, last_attempt_spans
+from relight.transitions.verdicts import Reason
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from rich.console import Console
 import relight
 from relight import semconv
 from relight.dashboard import Dashboard, decoder_of
-from relight.models import Mode, RolloutStatus, SpanKind
+from relight.records import Mode, RolloutStatus, SpanKind
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [

@@ -19,11 +19,11 @@ from rich.console import Console
 
 from relight import semconv
 from relight.agent import Agent
-from relight.models import Span, SpanKind, Transition
+from relight.records import Span, SpanKind, Transition
+from relight.scripted.server import Script, ScriptedUpstream
 from relight.stores.memory import InMemoryStore
-from relight.testing.upstream import Script, ScriptedUpstream
-from relight.trainer import DevResult, Trainer
-from relight.transitions import RoleFilter, TransitionBuilder
+from relight.training.trainer import DevResult, Trainer
+from relight.transitions.builder import RoleFilter, TransitionBuilder
 from relight_torch.testing import smollm2_path  # noqa: F401  (the fixture the training tests use)
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

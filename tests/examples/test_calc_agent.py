@@ -10,8 +10,8 @@ import calc_data
 import pytest
 from calc_scripted import scripted_model
 
-from relight.testing.examples import example_file, run_example
-from relight.testing.scripts import Reply, ScriptRequest, ToolCall
+from relight.scripted.scripts import Reply, ScriptRequest, ToolCall
+from relight_testing.examples import example_file, run_example
 
 
 async def test_dev_mode_solves_every_problem_with_calculator_calls_of_the_solver(dev) -> None:

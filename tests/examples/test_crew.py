@@ -9,8 +9,8 @@ from types import ModuleType
 
 import pytest
 
-from relight.models import SpanKind
-from relight.testing.examples import example_file, run_example
+from relight.records import SpanKind
+from relight_testing.examples import example_file, run_example
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:Cannot set an attribute on 'crewai:ImportWarning"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from relight.testing.examples import example_file, load_example
+from relight_testing.examples import example_file, load_example
 
 relight_verl = pytest.importorskip("relight_verl")
 

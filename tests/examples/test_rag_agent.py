@@ -10,7 +10,7 @@ import rag_agent
 import rag_data
 from rag_scripted import scripted_model
 
-from relight.testing.examples import example_file, run_example
+from relight_testing.examples import example_file, run_example
 
 
 async def test_dev_mode_answers_with_two_searches_of_the_researcher(dev) -> None:

@@ -11,9 +11,9 @@ import sql_agent
 import sql_data
 from sql_scripted import script
 
-from relight.models import SpanKind
-from relight.testing.examples import example_file, run_example
-from relight.testing.upstream import Reply, ScriptRequest
+from relight.records import SpanKind
+from relight.scripted.server import Reply, ScriptRequest
+from relight_testing.examples import example_file, run_example
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 

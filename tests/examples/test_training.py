@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from relight.models import Transition
+from relight.records import Transition
 
 torch = pytest.importorskip("torch")
 recipe_module = pytest.importorskip("relight_torch.recipe")

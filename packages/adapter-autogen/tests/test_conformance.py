@@ -13,10 +13,10 @@ from autogen_agentchat.base import ChatAgent, Team
 from autogen_ext.models.openai import OpenAIChatCompletionClient
 
 from relight.agent import LLM
-from relight.testing.adapters import AdapterConformance
-from relight.testing.examples import example_file, load_example
-from relight.testing.upstream import Reply, Script, ScriptRequest, ToolCall
+from relight.scripted.server import Reply, Script, ScriptRequest, ToolCall
 from relight_autogen import AutoGenAdapter
+from relight_testing.adapters import AdapterConformance
+from relight_testing.examples import example_file, load_example
 
 example = load_example(example_file("autogen/math_team.py", near=__file__))
 

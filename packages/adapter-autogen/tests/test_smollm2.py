@@ -17,8 +17,8 @@ from autogen_core.models import ModelInfo
 from autogen_ext.models.openai import OpenAIChatCompletionClient
 
 from relight.agent import LLM, rollout
-from relight.testing.compat_agents import FORCED_TOKENS, ROUND_TRIP_TASK, check_tool_round_trip, run_agent
 from relight_autogen import AutoGenAdapter
+from relight_testing.compat_agents import FORCED_TOKENS, ROUND_TRIP_TASK, check_tool_round_trip, run_agent
 from relight_torch.testing import Served
 
 pytestmark = pytest.mark.slow

@@ -12,11 +12,12 @@ import pytest
 
 from relight import semconv
 from relight.agent import LLM
-from relight.models import SpanKind
-from relight.testing.adapters import AdapterConformance
-from relight.testing.examples import example_file, load_example, run_dev_example
-from relight.testing.upstream import Script
+from relight.records import SpanKind
+from relight.scripted import run_dev_example
+from relight.scripted.server import Script
 from relight_crewai import CrewAIAdapter
+from relight_testing.adapters import AdapterConformance
+from relight_testing.examples import example_file, load_example
 
 pytestmark = [
     # CrewAI's own: its lazy submodule loader, and its Agent reading fields it deprecated.

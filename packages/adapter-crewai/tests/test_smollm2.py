@@ -13,8 +13,8 @@ from __future__ import annotations
 import pytest
 
 from relight.agent import LLM, rollout
-from relight.testing.compat_agents import FORCED_TOKENS, ROUND_TRIP_TASK, check_tool_round_trip, run_agent
 from relight_crewai import CrewAIAdapter
+from relight_testing.compat_agents import FORCED_TOKENS, ROUND_TRIP_TASK, check_tool_round_trip, run_agent
 from relight_torch.testing import Served
 
 pytestmark = [

@@ -2,5 +2,5 @@ import pytest
 
 from relight_torch.testing import smollm2_path, smollm2_server  # noqa: F401  # the real model, for test_smollm2.py
 
-# The conformance kit asserts inside relight.testing; rewrite it so failures show the values.
-pytest.register_assert_rewrite("relight.testing")
+# The conformance kit asserts inside relight_testing; rewrite it so failures show the values.
+pytest.register_assert_rewrite("relight_testing")

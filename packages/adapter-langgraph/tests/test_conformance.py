@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from relight.agent import LLM
-from relight.testing.adapters import AdapterConformance
-from relight.testing.examples import example_file, load_example
-from relight.testing.upstream import Reply, Script, ScriptRequest, ToolCall
+from relight.scripted.server import Reply, Script, ScriptRequest, ToolCall
 from relight_langgraph import LangGraphAdapter
+from relight_testing.adapters import AdapterConformance
+from relight_testing.examples import example_file, load_example
 
 pytestmark = pytest.mark.filterwarnings("ignore::langgraph.warnings.LangGraphDeprecatedSinceV10")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from relight.testing.examples import example_file, run_example
+from relight_testing.examples import example_file, run_example
 
 EXAMPLE = example_file("langgraph/research_graph.py", near=__file__)
 

@@ -9,9 +9,9 @@ from rich.console import Console
 
 import relight
 from relight import semconv
-from relight.models import SpanKind
+from relight.records import SpanKind
+from relight.scripted.server import ScriptedUpstream
 from relight.stores.memory import InMemoryStore
-from relight.testing.upstream import ScriptedUpstream
 from relight_langgraph import LangGraphAdapter
 
 

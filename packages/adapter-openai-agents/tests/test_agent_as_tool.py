@@ -6,9 +6,9 @@ from agents import Agent, OpenAIChatCompletionsModel, Runner
 from openai import AsyncOpenAI
 
 from relight.agent import LLM
-from relight.testing.adapters import AdapterConformance
-from relight.testing.upstream import Reply, Script, ScriptRequest, ToolCall
+from relight.scripted.server import Reply, Script, ScriptRequest, ToolCall
 from relight_openai_agents import OpenAIAgentsAdapter
+from relight_testing.adapters import AdapterConformance
 
 ORCHESTRATOR_PROMPT = "You are the orchestrator. Have every message translated, then report the translation."
 TRANSLATOR_PROMPT = "You are the translator. Translate the message into French."

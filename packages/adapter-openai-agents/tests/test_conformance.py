@@ -14,12 +14,13 @@ from agents import Runner
 from relight import semconv
 from relight.agent import LLM
 from relight.gateway import Gateway
-from relight.models import RolloutRequest, SpanKind
+from relight.records import RolloutRequest, SpanKind
+from relight.scripted import run_dev_example
+from relight.scripted.server import Script, ScriptedUpstream
 from relight.stores.memory import InMemoryStore
-from relight.testing.adapters import AdapterConformance
-from relight.testing.examples import example_file, load_example, run_dev_example
-from relight.testing.upstream import Script, ScriptedUpstream
 from relight_openai_agents import OpenAIAgentsAdapter
+from relight_testing.adapters import AdapterConformance
+from relight_testing.examples import example_file, load_example
 
 example = load_example(example_file("openai_agents/weather_desk.py", near=__file__))
 CITIES = list(example.FORECASTS)

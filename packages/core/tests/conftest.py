@@ -2,10 +2,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-# The conformance kits assert inside relight.testing; rewrite them so failures show the values.
-pytest.register_assert_rewrite("relight.testing")
+# The conformance kits assert inside relight_testing; rewrite them so failures show the values.
+pytest.register_assert_rewrite("relight_testing")
 
-from relight.testing.runners import Shared, shared_loop  # noqa: E402  (imported once the rewrite is registered)
+from relight_testing.runners import Shared, shared_loop  # noqa: E402  (imported once the rewrite is registered)
 
 
 @pytest.fixture

@@ -21,12 +21,12 @@ from rich.console import Console
 
 from relight import Trainer
 from relight.agent import LLM, rollout
-from relight.drops import DropReason, dropped_reason
-from relight.models import Mode, RolloutStatus, Transition
+from relight.records import Mode, RolloutStatus, Transition
+from relight.scripted.server import ScriptedUpstream
 from relight.stores.memory import InMemoryStore
-from relight.testing.algorithms import RecordingAlgorithm
-from relight.testing.upstream import ScriptedUpstream
-from relight.transitions import last_attempt_spans
+from relight.transitions.builder import last_attempt_spans
+from relight.transitions.drops import DropReason, dropped_reason
+from relight_testing.algorithms import RecordingAlgorithm
 
 CALLS = 2
 

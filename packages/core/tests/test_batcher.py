@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from relight.batcher import SpanBatcher, SpansLostError
-from relight.models import AttemptStatus, RolloutRequest
+from relight.records import AttemptStatus, RolloutRequest
 from relight.stores.sqlite import SqliteStore
-from relight.testing.store import SETTLE, make_span
+from relight.tracing.batcher import SpanBatcher, SpansLostError
+from relight_testing.store import SETTLE, make_span
 
 
 @pytest.fixture

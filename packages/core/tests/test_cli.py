@@ -12,10 +12,10 @@ import pytest
 
 from relight import semconv
 from relight.cli import main
-from relight.models import AttemptStatus, Rollout, RolloutRequest
+from relight.records import AttemptStatus, Rollout, RolloutRequest
 from relight.stores.http import HttpStore
 from relight.stores.sqlite import SqliteStore
-from relight.testing.store import SETTLE, make_span
+from relight_testing.store import SETTLE, make_span
 
 
 @pytest.fixture(autouse=True)

@@ -7,10 +7,10 @@ import pytest
 
 from relight import semconv
 from relight.cli import main
-from relight.models import AttemptStatus, RolloutRequest
+from relight.records import AttemptStatus, RolloutRequest
 from relight.stores.sqlite import SqliteStore
-from relight.testing.store import make_span
-from relight.transitions import read_jsonl
+from relight.transitions.builder import read_jsonl
+from relight_testing.store import make_span
 
 
 async def fill(url: str) -> str:

@@ -11,16 +11,16 @@ from dataclasses import dataclass
 
 import pytest
 
-from relight._server import AsgiServer
+from relight._internal.server import AsgiServer
 from relight.cli import main
 from relight.gateway import Gateway
-from relight.models import RolloutRequest, RolloutStatus, SpanKind
+from relight.records import RolloutRequest, RolloutStatus, SpanKind
+from relight.scripted.server import ScriptedUpstream, ScriptRequest, echo
 from relight.stores.http.server import create_app
 from relight.stores.memory import InMemoryStore
-from relight.testing.agents import CALLS
-from relight.testing.upstream import ScriptedUpstream, ScriptRequest, echo
+from relight_testing.agents import CALLS
 
-AGENT = "relight.testing.agents:three_calls_async"
+AGENT = "relight_testing.agents:three_calls_async"
 
 
 class Hold:

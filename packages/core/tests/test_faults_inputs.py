@@ -10,15 +10,16 @@ from typing import Any
 import httpx
 import pytest
 
-from relight import attempt_scope, emit_reward, tracing
-from relight.batcher import SpanBatcher
-from relight.context import AttemptRef
+from relight import attempt_scope, emit_reward
 from relight.gateway import Gateway
-from relight.guard import hook_failures
-from relight.models import RolloutRequest
+from relight.records import RolloutRequest
+from relight.scripted.server import ScriptedUpstream
 from relight.stores.http.server import running_server
 from relight.stores.memory import InMemoryStore
-from relight.testing.upstream import ScriptedUpstream
+from relight.tracing import otel as tracing
+from relight.tracing.batcher import SpanBatcher
+from relight.tracing.context import AttemptRef
+from relight.tracing.hook_failures import hook_failures
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 DEEP = b"[" * 100_000 + b"]" * 100_000

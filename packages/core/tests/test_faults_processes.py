@@ -13,16 +13,16 @@ from rich.console import Console
 
 from relight import Trainer, semconv
 from relight.gateway import Gateway
-from relight.models import AttemptStatus, Rollout, RolloutRequest, RolloutStatus, SpanKind
-from relight.runner_processes import RunnerProcesses
+from relight.records import AttemptStatus, Rollout, RolloutRequest, RolloutStatus, SpanKind
+from relight.runners.processes import RunnerProcesses
+from relight.runners.supervisor import RunnersDiedError
+from relight.scripted.server import ScriptedUpstream, first_calls_reach
 from relight.store import Store
 from relight.stores.http import HttpStore
-from relight.supervisor import RunnersDiedError
-from relight.testing.agents import CALLS, three_calls
-from relight.testing.algorithms import RecordingAlgorithm
-from relight.testing.faults import StoreServerProcess
-from relight.testing.runners import Shared
-from relight.testing.upstream import ScriptedUpstream, first_calls_reach
+from relight_testing.agents import CALLS, three_calls
+from relight_testing.algorithms import RecordingAlgorithm
+from relight_testing.faults import StoreServerProcess
+from relight_testing.runners import Shared
 
 
 async def whole(store: Store, rollout: Rollout) -> None:

@@ -10,21 +10,22 @@ from typing import Any
 
 import pytest
 
-from relight import semconv, tracing
-from relight._retry import RetryPolicy
-from relight._server import AsgiServer
+from relight import semconv
+from relight._internal.retry import RetryPolicy
+from relight._internal.server import AsgiServer
 from relight.agent import LLM, rollout
-from relight.context import current_attempt
 from relight.gateway import Gateway
-from relight.models import AttemptStatus, RolloutRequest, RolloutStatus, SpanKind
-from relight.runner import Runner
-from relight.runner_processes import RunnerProcesses
+from relight.records import AttemptStatus, RolloutRequest, RolloutStatus, SpanKind
+from relight.runners.processes import RunnerProcesses
+from relight.runners.runner import Runner
+from relight.scripted.server import ScriptedUpstream
 from relight.stores.http import HttpStore
 from relight.stores.http.server import create_app
 from relight.stores.memory import InMemoryStore
-from relight.testing.agents import CALLS, SPANS, many_spans_async, three_calls_async
-from relight.testing.faults import DroppingProxy, StoreServerProcess
-from relight.testing.upstream import ScriptedUpstream
+from relight.tracing import otel as tracing
+from relight.tracing.context import current_attempt
+from relight_testing.agents import CALLS, SPANS, many_spans_async, three_calls_async
+from relight_testing.faults import DroppingProxy, StoreServerProcess
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Transport faults between a runner and the HTTP store: one dropped connection at each store call.
 
-A real proxy (relight.testing.faults.DroppingProxy) closes the connection of one request, either
+A real proxy (relight_testing.faults.DroppingProxy) closes the connection of one request, either
 before the server sees it or after the server has acted and answered (the reply is lost). The run
 must complete with nothing lost and nothing done twice: one attempt per rollout, its spans whole.
 """
@@ -16,19 +16,19 @@ import openai
 import pytest
 
 from relight import semconv
-from relight._retry import RetryPolicy
-from relight._server import CLIENT_KEEP_ALIVE_SECONDS, SERVER_KEEP_ALIVE_SECONDS, AsgiServer
+from relight._internal.retry import RetryPolicy
+from relight._internal.server import CLIENT_KEEP_ALIVE_SECONDS, SERVER_KEEP_ALIVE_SECONDS, AsgiServer
 from relight.agent import LLM, rollout
 from relight.errors import StoreUnavailableError
 from relight.gateway import Gateway
 from relight.gateway.upstreams import UPSTREAM_KEEP_ALIVE_SECONDS
-from relight.models import AttemptStatus, RolloutRequest, RolloutStatus, SpanKind
-from relight.runner import Runner
+from relight.records import AttemptStatus, RolloutRequest, RolloutStatus, SpanKind
+from relight.runners.runner import Runner
+from relight.scripted.server import ScriptedUpstream
 from relight.stores.http import HttpStore
 from relight.stores.http.server import create_app, running_server
 from relight.stores.memory import InMemoryStore
-from relight.testing.faults import DroppingProxy
-from relight.testing.upstream import ScriptedUpstream
+from relight_testing.faults import DroppingProxy
 
 ROLLOUTS = 3
 

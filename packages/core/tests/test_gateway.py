@@ -13,13 +13,10 @@ import pytest
 from starlette.responses import StreamingResponse
 
 from relight import semconv
-from relight.context import AttemptRef
 from relight.gateway import Gateway
 from relight.gateway.app import sse_response
-from relight.models import RolloutRequest, Span
-from relight.stores.memory import InMemoryStore
-from relight.testing.store import SETTLE
-from relight.testing.upstream import (
+from relight.records import RolloutRequest, Span
+from relight.scripted.server import (
     Reply,
     ScriptedUpstream,
     ScriptError,
@@ -28,6 +25,9 @@ from relight.testing.upstream import (
     encode,
     render_prompt,
 )
+from relight.stores.memory import InMemoryStore
+from relight.tracing.context import AttemptRef
+from relight_testing.store import SETTLE
 
 MESSAGES: Any = [{"role": "system", "content": "be terse"}, {"role": "user", "content": "hello"}]
 
@@ -202,7 +202,7 @@ async def test_bad_requests_get_openai_shaped_4xx_errors(setup: Setup) -> None:
 
 
 async def test_call_to_a_finished_attempt_is_refused(setup: Setup) -> None:
-    from relight.models import AttemptStatus
+    from relight.records import AttemptStatus
 
     await setup.store.finish_attempt(setup.session.rollout_id, setup.session.attempt_id, AttemptStatus.SUCCEEDED)
     async with setup.client() as client:

@@ -10,11 +10,11 @@ import httpx
 import pytest
 
 from relight import semconv
-from relight.context import AttemptRef
 from relight.gateway import Gateway
-from relight.models import RolloutRequest, Span
+from relight.records import RolloutRequest, Span
+from relight.scripted.server import Reply, ScriptedUpstream, ToolCall, encode, render_prompt, turns
 from relight.stores.memory import InMemoryStore
-from relight.testing.upstream import Reply, ScriptedUpstream, ToolCall, encode, render_prompt, turns
+from relight.tracing.context import AttemptRef
 
 WEATHER = {
     "name": "weather",

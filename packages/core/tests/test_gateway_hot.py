@@ -11,9 +11,9 @@ import httpx
 import pytest
 
 from relight.gateway import Gateway
-from relight.models import RolloutRequest
+from relight.records import RolloutRequest
+from relight.scripted.server import ScriptedUpstream
 from relight.stores.memory import InMemoryStore
-from relight.testing.upstream import ScriptedUpstream
 
 CHAT: Any = {"model": "scripted", "messages": [{"role": "user", "content": "hello"}]}
 

@@ -10,8 +10,8 @@ import pytest
 
 from relight.gateway import OpenAIUpstream, UpstreamError
 from relight.gateway._http import HttpClient
-from relight.testing.faults import DroppingProxy
-from relight.testing.upstream import ScriptedUpstream
+from relight.scripted.server import ScriptedUpstream
+from relight_testing.faults import DroppingProxy
 
 CHAT = {"model": "scripted", "messages": [{"role": "user", "content": "hello"}]}
 

@@ -9,13 +9,14 @@ from typing import Any, ClassVar
 import pytest
 
 import relight
-from relight import semconv, tracing
-from relight.batcher import SpanBatcher
-from relight.instrumentation import Instrumentor, guarded
-from relight.models import RolloutRequest, SpanKind
+from relight import semconv
 from relight.plugins import plugin_manager, reset_plugins
-from relight.roles import end_role_span, end_tool_span, start_role_span, start_tool_span
+from relight.records import RolloutRequest, SpanKind
 from relight.stores.memory import InMemoryStore
+from relight.tracing import otel as tracing
+from relight.tracing.batcher import SpanBatcher
+from relight.tracing.instrumentation import Instrumentor, guarded
+from relight.tracing.roles import end_role_span, end_tool_span, start_role_span, start_tool_span
 
 
 class Recording(Instrumentor):
@@ -85,7 +86,7 @@ def test_instrument_by_name_goes_through_the_registry(adapters: Recording) -> No
 def test_instrument_all_skips_adapters_whose_framework_is_missing(
     adapters: Recording, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.INFO, logger="relight.instrumentation"):
+    with caplog.at_level(logging.INFO, logger="relight.tracing.instrumentation"):
         assert relight.instrument() == ["recording"]
     assert "pip install missingframework" in caplog.text
     relight.uninstrument()

@@ -4,7 +4,7 @@ import pytest
 from pydantic import ValidationError
 
 from relight import Rollout, RolloutRequest, Span, Transition
-from relight.testing.store import make_span
+from relight_testing.store import make_span
 
 
 def transition(**overrides: object) -> Transition:

@@ -7,11 +7,11 @@ from typing import Any
 import pytest
 
 from relight.errors import ConfigError
-from relight.models import AttemptStatus, RolloutRequest, RolloutStatus, SpanKind
-from relight.ray_runners import RayRunners, agent_path, reachable
-from relight.testing.agents import CALLS, three_calls
-from relight.testing.runners import Shared
-from relight.testing.upstream import first_calls_reach
+from relight.records import AttemptStatus, RolloutRequest, RolloutStatus, SpanKind
+from relight.runners.ray_actors import RayRunners, agent_path, reachable
+from relight.scripted.server import first_calls_reach
+from relight_testing.agents import CALLS, three_calls
+from relight_testing.runners import Shared
 
 ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'relight[ray]'")
 
@@ -27,7 +27,7 @@ def cluster() -> Iterator[None]:
 
 
 def test_agents_travel_by_import_path() -> None:
-    assert agent_path(three_calls) == "relight.testing.agents:three_calls"
+    assert agent_path(three_calls) == "relight_testing.agents:three_calls"
 
     def local(task: Any, llm: Any) -> float:
         return 0.0

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from relight import runfolder
-from relight.runfolder import RunFolder
+from relight.training import run_folder as runfolder
+from relight.training.run_folder import RunFolder
 
 
 def test_the_curve_is_redrawn_at_most_every_plot_every_and_completed_by_the_summary(

@@ -14,13 +14,13 @@ from rich.console import Console
 import relight
 from relight import semconv
 from relight.agent import LLM, Agent
-from relight.context import current_attempt
 from relight.gateway import Gateway
-from relight.models import AttemptStatus, Rollout, RolloutRequest, RolloutStatus, Span, SpanKind
-from relight.runner import Runner
+from relight.records import AttemptStatus, Rollout, RolloutRequest, RolloutStatus, Span, SpanKind
+from relight.runners.runner import Runner
+from relight.scripted.server import ScriptedUpstream
 from relight.stores.memory import InMemoryStore
-from relight.testing.upstream import ScriptedUpstream
-from relight.trainer import Trainer
+from relight.tracing.context import current_attempt
+from relight.training.trainer import Trainer
 
 
 @dataclass

@@ -3,11 +3,11 @@
 import asyncio
 
 from relight import semconv
-from relight.models import AttemptStatus, RolloutStatus, SpanKind
-from relight.testing.agents import CALLS
-from relight.testing.runners import Shared
-from relight.testing.upstream import first_calls_reach
-from relight.transitions import TransitionBuilder
+from relight.records import AttemptStatus, RolloutStatus, SpanKind
+from relight.scripted.server import first_calls_reach
+from relight.transitions.builder import TransitionBuilder
+from relight_testing.agents import CALLS
+from relight_testing.runners import Shared
 
 
 async def test_rollouts_spread_over_runner_processes(shared: Shared) -> None:

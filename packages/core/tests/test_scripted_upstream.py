@@ -6,7 +6,7 @@ import httpx
 import openai
 import pytest
 
-from relight.testing.upstream import (
+from relight.scripted.server import (
     Reply,
     ScriptedUpstream,
     ScriptError,

@@ -9,13 +9,13 @@ import pytest
 
 from relight import open_store
 from relight.errors import ConfigError, StoreError
-from relight.models import Attempt, AttemptStatus, Mode, Rollout, RolloutRequest, RolloutStatus
+from relight.records import Attempt, AttemptStatus, Mode, Rollout, RolloutRequest, RolloutStatus
 from relight.store import DEFAULT_LEASE_SECONDS, Store
 from relight.stores.http import HttpStore
 from relight.stores.http.server import check_exposure, running_server
 from relight.stores.memory import InMemoryStore
 from relight.stores.sqlite import SqliteStore
-from relight.testing.store import SETTLE, ManualClock, StoreConformance, make_span
+from relight_testing.store import SETTLE, ManualClock, StoreConformance, make_span
 
 
 class TestHttpStoreOverSqlite(StoreConformance):

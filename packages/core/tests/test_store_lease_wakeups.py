@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from relight.models import RolloutRequest, RolloutStatus
+from relight.records import RolloutRequest, RolloutStatus
 from relight.store import Store
 from relight.stores.http import HttpStore
 from relight.stores.http.server import running_server
 from relight.stores.memory import InMemoryStore
 from relight.stores.sqlite import SqliteStore
-from relight.testing.store import SETTLE
+from relight_testing.store import SETTLE
 
 LEASE = 0.3
 

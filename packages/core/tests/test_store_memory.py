@@ -3,10 +3,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from relight.models import RolloutRequest, RolloutStatus
+from relight.records import RolloutRequest, RolloutStatus
 from relight.store import Store
 from relight.stores.memory import InMemoryStore
-from relight.testing.store import SETTLE, ManualClock, StoreConformance
+from relight_testing.store import SETTLE, ManualClock, StoreConformance
 
 
 class TestInMemoryStore(StoreConformance):

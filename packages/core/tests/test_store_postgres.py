@@ -9,14 +9,14 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 from relight import open_store
-from relight._retry import RetryPolicy
+from relight._internal.retry import RetryPolicy
 from relight.errors import ConfigError, StoreError
-from relight.models import AttemptStatus, RolloutRequest, RolloutStatus
+from relight.records import AttemptStatus, RolloutRequest, RolloutStatus
 from relight.store import Store
 from relight.stores.http import HttpStore
-from relight.testing.postgres import PostgresServer, postgres_unavailable
-from relight.testing.store import SETTLE, ManualClock, StoreConformance, make_span
-from relight.testing.store_summaries import check_migrated, fill_varied, summaries_from_spans
+from relight_testing.postgres import PostgresServer, postgres_unavailable
+from relight_testing.store import SETTLE, ManualClock, StoreConformance, make_span
+from relight_testing.store_summaries import check_migrated, fill_varied, summaries_from_spans
 
 _UNAVAILABLE = postgres_unavailable()
 pytestmark = pytest.mark.skipif(_UNAVAILABLE is not None, reason=_UNAVAILABLE or "")
@@ -24,8 +24,8 @@ pytestmark = pytest.mark.skipif(_UNAVAILABLE is not None, reason=_UNAVAILABLE or
 if _UNAVAILABLE is None:
     import psycopg
 
-    from relight.stores._pg_schema import SCHEMA_VERSION
     from relight.stores.postgres import PostgresStore
+    from relight.stores.postgres._schema import SCHEMA_VERSION
 
 
 @pytest.fixture(scope="module")

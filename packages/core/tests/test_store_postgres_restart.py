@@ -10,10 +10,10 @@ import pytest
 import relight
 from relight.agent import LLM
 from relight.gateway import Gateway
-from relight.models import AttemptStatus, RolloutRequest, RolloutStatus, SpanKind
-from relight.runner import Runner
-from relight.testing.postgres import PostgresServer, postgres_unavailable
-from relight.testing.upstream import ScriptedUpstream
+from relight.records import AttemptStatus, RolloutRequest, RolloutStatus, SpanKind
+from relight.runners.runner import Runner
+from relight.scripted.server import ScriptedUpstream
+from relight_testing.postgres import PostgresServer, postgres_unavailable
 
 _UNAVAILABLE = postgres_unavailable()
 pytestmark = pytest.mark.skipif(_UNAVAILABLE is not None, reason=_UNAVAILABLE or "")

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from relight.errors import ConfigError, NotFoundError, StoreError
-from relight.models import AttemptStatus, RolloutRequest
+from relight.records import AttemptStatus, RolloutRequest
 from relight.store import Store
 from relight.stores.sqlite import SqliteStore
 from relight.summaries import RolloutSummary, SummaryFilter
-from relight.testing.store import ManualClock, StoreConformance, make_span
-from relight.testing.store_summaries import check_migrated, fill_varied, summaries_from_spans
+from relight_testing.store import ManualClock, StoreConformance, make_span
+from relight_testing.store_summaries import check_migrated, fill_varied, summaries_from_spans
 
 
 class TestSqliteStore(StoreConformance):
@@ -162,7 +162,7 @@ def test_store_urls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 _WRITER = r"""
 import asyncio, sys
-from relight.models import RolloutRequest, Span
+from relight.records import RolloutRequest, Span
 from relight.stores.sqlite import SqliteStore
 from relight.summaries import RolloutSummary, SummaryFilter
 

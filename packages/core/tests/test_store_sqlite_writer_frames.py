@@ -16,9 +16,9 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
-from relight.models import RolloutRequest, Span
+from relight.records import RolloutRequest, Span
 from relight.stores.sqlite import SqliteStore
-from relight.testing.store import make_span
+from relight_testing.store import make_span
 
 
 class _Hooked(str):

@@ -4,10 +4,11 @@ from pathlib import Path
 
 import pytest
 
-from relight.testing.agents import CALLS, three_calls, three_calls_async
-from relight.testing.examples import example_file, run_dev_example
-from relight.testing.upstream import ScriptedUpstream, echo
-from relight.trainer import DevResult
+from relight.scripted import run_dev_example
+from relight.scripted.server import ScriptedUpstream, echo
+from relight.training.trainer import DevResult
+from relight_testing.agents import CALLS, three_calls, three_calls_async
+from relight_testing.examples import example_file
 
 TASKS = [{"text": "a"}, {"text": "b"}]
 

@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from relight import attempt_scope, emit_annotation, emit_reward, semconv, tracing
-from relight.batcher import SpanBatcher
-from relight.models import RolloutRequest, SpanKind
+from relight import attempt_scope, emit_annotation, emit_reward, semconv
+from relight.records import RolloutRequest, SpanKind
 from relight.stores.memory import InMemoryStore
 from relight.stores.sqlite import SqliteStore
+from relight.tracing import otel as tracing
+from relight.tracing.batcher import SpanBatcher
 
 ROLLOUTS = ("r1", "r2", "r3", "r4")
 

@@ -15,15 +15,15 @@ from rich.console import Console
 from relight import Trainer
 from relight.agent import LLM, rollout
 from relight.dashboard.detail import rollout_detail
-from relight.guard import hook_failures
-from relight.models import RolloutRequest, Transition
-from relight.roles import end_role_span, start_role_span
+from relight.records import RolloutRequest, Transition
+from relight.scripted.server import ScriptedUpstream
 from relight.stores.memory import InMemoryStore
-from relight.testing.algorithms import RecordingAlgorithm
-from relight.testing.store import make_span
-from relight.testing.upstream import ScriptedUpstream
-from relight.trained import TRAINED_SPAN, record_trained, trained_calls
-from relight.transitions import TransitionBuilder
+from relight.tracing.hook_failures import hook_failures
+from relight.tracing.roles import end_role_span, start_role_span
+from relight.transitions.builder import TransitionBuilder
+from relight.transitions.trained_calls import TRAINED_SPAN, record_trained, trained_calls
+from relight_testing.algorithms import RecordingAlgorithm
+from relight_testing.store import make_span
 
 
 @rollout

@@ -18,13 +18,13 @@ import relight
 from relight import Trainer
 from relight.agent import LLM, rollout
 from relight.errors import ConfigError
-from relight.models import RolloutStatus
-from relight.roles import end_role_span, start_role_span
+from relight.records import RolloutStatus
+from relight.scripted.server import ScriptedUpstream
 from relight.stores.memory import InMemoryStore
-from relight.testing.agents import three_calls
-from relight.testing.algorithms import RecordingAlgorithm
-from relight.testing.upstream import ScriptedUpstream
-from relight.transitions import TransitionBuilder
+from relight.tracing.roles import end_role_span, start_role_span
+from relight.transitions.builder import TransitionBuilder
+from relight_testing.agents import three_calls
+from relight_testing.algorithms import RecordingAlgorithm
 
 ROLES = ("write_query", "check_query")
 

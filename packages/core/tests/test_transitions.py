@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 
 from relight import semconv
-from relight.drops import DropReason, mark_dropped
 from relight.errors import ConfigError
-from relight.models import AttemptStatus, Mode, Rollout, RolloutRequest, RolloutStatus, Span, SpanKind
+from relight.records import AttemptStatus, Mode, Rollout, RolloutRequest, RolloutStatus, Span, SpanKind
 from relight.stores.memory import InMemoryStore
-from relight.transitions import TransitionBuilder, read_jsonl, write_jsonl
-from relight.verdicts import Note, Reason
+from relight.transitions.builder import TransitionBuilder, read_jsonl, write_jsonl
+from relight.transitions.drops import DropReason, mark_dropped
+from relight.transitions.verdicts import Note, Reason
 
 ROLLOUT = Rollout(rollout_id="ro-1", input="task", group_id="task-7", status=RolloutStatus.SUCCEEDED)
 ATTEMPT = "ro-1-a1"

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from relight.engine import GenerationRequest, SamplingParams
-from relight.models import Transition
+from relight.records import Transition
 from relight_torch.engine import TorchEngine
 from relight_torch.grpo import GRPO
 from relight_torch.learner import Learner, Sample

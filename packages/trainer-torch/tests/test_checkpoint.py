@@ -5,7 +5,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from relight.engine import SamplingParams
-from relight.models import Transition
+from relight.records import Transition
 from relight_torch.engine import TorchEngine
 from relight_torch.grpo import GRPO
 from relight_torch.tiny import tiny_engine

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from relight.testing.compat import ClientCompatibility, Policy, serve_policy
+from relight_testing.compat import ClientCompatibility, Policy, serve_policy
 from relight_torch.engine import TorchEngine
 from relight_torch.testing import TokenizerReference, served_process
 

@@ -9,7 +9,7 @@ from rich.console import Console
 
 import relight
 from relight.engine import Generation, GenerationRequest
-from relight.models import Transition
+from relight.records import Transition
 from relight_torch.demo.agent import calculator_agent
 from relight_torch.demo.calculator import problems
 from relight_torch.engine import TorchEngine

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from relight.engine import GenerationRequest, SamplingParams
-from relight.models import Transition
-from relight.trained import ReportsAdvantages
+from relight.records import Transition
+from relight.transitions.trained_calls import ReportsAdvantages
 from relight_torch.advantages import episode_weights, grpo_advantages, reinforce_pp_advantages
 from relight_torch.grpo import GRPO
 from relight_torch.learner import Sample

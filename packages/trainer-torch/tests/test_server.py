@@ -7,7 +7,7 @@ from typing import Any
 import openai
 import pytest
 
-from relight._server import AsgiServer
+from relight._internal.server import AsgiServer
 from relight.engine import GenerationRequest
 from relight_torch.demo.calculator import TOOLS
 from relight_torch.engine import TorchEngine

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from relight.models import Transition
+from relight.records import Transition
 from relight_torch.demo.calculator import TOOLS, demonstration, problems
 from relight_torch.engine import TorchEngine
 from relight_torch.sft import SFT, conversation_samples, read_conversations, transition_samples

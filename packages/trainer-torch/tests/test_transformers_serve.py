@@ -13,9 +13,9 @@ from rich.console import Console
 from relight import semconv
 from relight.agent import LLM, rollout
 from relight.gateway import Gateway
-from relight.models import RolloutRequest
+from relight.records import RolloutRequest
 from relight.stores.memory import InMemoryStore
-from relight.trainer import Trainer
+from relight.training.trainer import Trainer
 from relight_torch.testing import free_port, server_process
 
 pytestmark = pytest.mark.slow

@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from relight.models import Transition
+from relight.records import Transition
 from relight_torch.grpo import GRPO
 from relight_torch.learner import Learner, Sample
 from relight_torch.objectives import PolicyGradientLoss

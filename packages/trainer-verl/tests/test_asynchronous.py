@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from relight.models import Transition
+from relight.records import Transition
 from relight_verl.asynchronous import asynchronous, correct_off_policy
 from relight_verl.batch import build_batch
 from relight_verl.config import VerlConfig, to_verl_config

@@ -8,7 +8,7 @@ from verl.trainer.ppo.core_algos import agg_loss
 from verl.trainer.ppo.metric_utils import compute_data_metrics
 from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
-from relight.models import Transition
+from relight.records import Transition
 from relight_verl.batch import build_batch
 
 PAD = 0

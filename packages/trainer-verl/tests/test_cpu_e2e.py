@@ -21,7 +21,7 @@ import pytest
 from rich.console import Console
 
 import relight
-from relight.models import Transition
+from relight.records import Transition
 from relight_verl import VerlAlgorithm
 
 pytestmark = pytest.mark.slow

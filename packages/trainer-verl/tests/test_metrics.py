@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from verl.trainer.config import AlgoConfig
 
-from relight.models import Transition
+from relight.records import Transition
 from relight_verl.advantages import compute_advantages
 from relight_verl.batch import build_batch
 from relight_verl.metrics import HEADLINE, MetricsLog, headline, update_metrics

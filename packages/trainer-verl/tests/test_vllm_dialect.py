@@ -17,10 +17,10 @@ import torch
 
 from relight import semconv
 from relight.gateway import Gateway
-from relight.models import AttemptStatus, RolloutRequest, Span, SpanKind
+from relight.records import AttemptStatus, RolloutRequest, Span, SpanKind
+from relight.scripted.server import ScriptedUpstream
 from relight.stores.memory import InMemoryStore
-from relight.testing.upstream import ScriptedUpstream
-from relight.transitions import TransitionBuilder
+from relight.transitions.builder import TransitionBuilder
 from relight_verl.algorithm import replica_base_url
 from relight_verl.batch import build_batch
 

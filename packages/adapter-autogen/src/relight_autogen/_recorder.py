@@ -23,9 +23,9 @@ from opentelemetry import trace
 from opentelemetry.trace import Span
 
 from relight import semconv
-from relight.context import AttemptRef, current_attempt
-from relight.instrumentation import guarded
-from relight.roles import end_role_span, end_tool_span, start_role_span, start_tool_span
+from relight.tracing.context import AttemptRef, current_attempt
+from relight.tracing.instrumentation import guarded
+from relight.tracing.roles import end_role_span, end_tool_span, start_role_span, start_tool_span
 from relight_autogen._tap import LogTap
 
 __all__ = ["Recorder", "role_of"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from relight.instrumentation import Instrumentor
+from relight.tracing.instrumentation import Instrumentor
 
 if TYPE_CHECKING:
     from relight_crewai._listener import EventListener

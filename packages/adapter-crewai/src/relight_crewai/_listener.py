@@ -25,9 +25,9 @@ from crewai.events import (
 from crewai.events.base_events import BaseEvent
 from opentelemetry.trace import Status, StatusCode
 
-from relight.context import current_attempt
-from relight.instrumentation import guarded
-from relight.roles import end_role_span, end_tool_span, start_role_span, start_tool_span
+from relight.tracing.context import current_attempt
+from relight.tracing.instrumentation import guarded
+from relight.tracing.roles import end_role_span, end_tool_span, start_role_span, start_tool_span
 
 __all__ = ["EventListener"]
 

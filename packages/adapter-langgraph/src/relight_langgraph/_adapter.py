@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from relight.instrumentation import Instrumentor
+from relight.tracing.instrumentation import Instrumentor
 
 __all__ = ["LangGraphAdapter"]
 

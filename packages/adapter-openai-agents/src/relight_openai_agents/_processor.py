@@ -26,8 +26,8 @@ from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
 from relight import semconv
-from relight.instrumentation import guarded
-from relight.roles import end_role_span, end_tool_span, start_role_span, start_tool_span
+from relight.tracing.instrumentation import guarded
+from relight.tracing.roles import end_role_span, end_tool_span, start_role_span, start_tool_span
 
 __all__ = ["RelightTracingProcessor"]
 

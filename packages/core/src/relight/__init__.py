@@ -6,7 +6,6 @@ trainers and engines plug in through the ``relight`` entry-point group (see :mod
 
 from relight.agent import LLM, Agent, rollout
 from relight.algorithm import Algorithm, UpstreamTarget
-from relight.context import AttemptRef, attempt_scope, current_attempt
 from relight.errors import (
     ConfigError,
     InvalidStateError,
@@ -17,8 +16,8 @@ from relight.errors import (
     StoreError,
 )
 from relight.hookspecs import hookimpl
-from relight.instrumentation import Instrumentor, instrument, uninstrument
-from relight.models import (
+from relight.plugins import open_store, plugin_manager
+from relight.records import (
     Attempt,
     AttemptStatus,
     Mode,
@@ -31,12 +30,13 @@ from relight.models import (
     StoreStats,
     Transition,
 )
-from relight.plugins import open_store, plugin_manager
-from relight.runner import Runner
+from relight.runners.runner import Runner
 from relight.store import Store
-from relight.tracing import emit_annotation, emit_reward
-from relight.trainer import Trainer
-from relight.transitions import TransitionBuilder
+from relight.tracing.context import AttemptRef, attempt_scope, current_attempt
+from relight.tracing.instrumentation import Instrumentor, instrument, uninstrument
+from relight.tracing.otel import emit_annotation, emit_reward
+from relight.training.trainer import Trainer
+from relight.transitions.builder import TransitionBuilder
 
 __version__ = "0.1.0"
 

@@ -2,7 +2,7 @@
 
 An algorithm owns the policy. It tells the gateway where the policy is served (an in-process
 :class:`relight.engine.Engine`, or the base URLs of OpenAI-compatible servers such as vLLM, one per
-replica), turns a batch of :class:`relight.models.Transition` into new weights, and saves or
+replica), turns a batch of :class:`relight.records.Transition` into new weights, and saves or
 restores itself. ``Trainer.fit`` does the rest::
 
     publish resources (model, policy version, algorithm.resources())
@@ -16,7 +16,7 @@ served weights in place; the next call is served by the new policy, and every LL
 An algorithm that can be updated while its policy serves calls (relight-torch's
 ``GRPO(live_updates=True)``, whose engine swaps the weights between two generation steps) says so
 with a true ``live_updates`` attribute; asynchronous training (``Trainer(max_staleness=k)``, see
-:mod:`relight.asynchronous`) then updates it without pausing the gateway. Any other is paused for.
+:mod:`relight.training.async_loop`) then updates it without pausing the gateway. Any other is paused for.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Protocol, runtime_checkable
 from pydantic import JsonValue
 
 from relight.engine import Engine
-from relight.models import Transition
+from relight.records import Transition
 
 __all__ = ["Algorithm", "UpstreamTarget"]
 

@@ -34,7 +34,7 @@ class StoreError(RelightError):
 class StoreUnavailableError(StoreError):
     """The store could not be reached, or is restarting: the same call may well succeed a little later.
 
-    Clients retry these themselves (see :class:`relight._retry.RetryPolicy`); one that reaches the
+    Clients retry these themselves (see :class:`relight._internal.retry.RetryPolicy`); one that reaches the
     caller means the store stayed away for the whole retry budget.
     """
 

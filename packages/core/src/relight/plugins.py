@@ -33,7 +33,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "relight"
-BUILTIN_PLUGINS = ("relight.stores._plugin", "relight.credit")
+BUILTIN_PLUGINS = ("relight.stores._plugin", "relight.transitions.credit")
 
 _lock = threading.RLock()
 _manager: pluggy.PluginManager | None = None

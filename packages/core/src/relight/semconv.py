@@ -35,7 +35,7 @@ ERROR_TYPE: Final = "error.type"
 
 # -- relight ------------------------------------------------------------------------------------
 SPAN_KIND: Final = "relight.span.kind"
-"""One of :class:`relight.models.SpanKind`'s values."""
+"""One of :class:`relight.records.SpanKind`'s values."""
 ROLLOUT_ID: Final = "relight.rollout_id"
 ATTEMPT_ID: Final = "relight.attempt_id"
 PROMPT_TOKEN_IDS: Final = "relight.prompt_token_ids"
@@ -46,7 +46,7 @@ POLICY_VERSION_SEGMENTS: Final = "relight.policy_version.segments"
 """On a call whose tokens two policy versions sampled (an update landed mid-call): ``[[first_token, version], …]``;
 ``relight.policy_version`` is then the oldest."""
 DROPPED_REASON: Final = "relight.dropped.reason"
-"""Why the trainer never trained on a rollout (:class:`relight.drops.DropReason`)."""
+"""Why the trainer never trained on a rollout (:class:`relight.transitions.drops.DropReason`)."""
 DROPPED_SPAN: Final = "relight.dropped"
 """The name of the annotation span a trainer leaves on an attempt whose group it dropped."""
 RETOKENIZED: Final = "relight.retokenized"

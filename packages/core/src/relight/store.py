@@ -3,7 +3,7 @@
 The queue of rollouts, the attempts that workers claim and keep alive, the spans they emit and the
 resources the trainer publishes all live behind it. Every method is async so that one event loop
 can drive runners, the gateway and the trainer together; every backend passes the conformance
-suite in :mod:`relight.testing`.
+suite in :mod:`relight_testing`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Protocol, runtime_checkable
 
 from pydantic import JsonValue
 
-from relight.models import (
+from relight.records import (
     Attempt,
     AttemptStatus,
     Mode,

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 
 from relight import semconv
-from relight.models import Mode, Rollout, RolloutStatus, Span, SpanKind
+from relight.records import Mode, Rollout, RolloutStatus, Span, SpanKind
 
 __all__ = ["RolloutSummary", "SpanFacts", "SummaryFilter", "SummaryPage", "latest_attempt_id", "step_of"]
 
@@ -54,7 +54,7 @@ class SpanFacts:
     untrainable_calls: int = 0
     """LLM spans that did not fail but carry no prompt or response token ids."""
     dropped: str | None = None
-    """The reason a trainer dropped the attempt's group (a :class:`relight.drops.DropReason` value)."""
+    """The reason a trainer dropped the attempt's group (a :class:`relight.transitions.drops.DropReason` value)."""
 
     @classmethod
     def of(cls, spans: Iterable[Span]) -> SpanFacts:

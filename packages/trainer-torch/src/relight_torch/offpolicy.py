@@ -18,7 +18,7 @@ import dataclasses
 import math
 from collections.abc import Sequence
 
-from relight.models import Transition
+from relight.records import Transition
 from relight_torch.learner import Learner, Sample
 from relight_torch.learner_process import LearnerProcess
 

@@ -3,7 +3,7 @@
 This is what each example under ``examples/`` runs to train (``python examples/calc_agent/calc_train.py``):
 
 1. **Demonstrations**: the unchanged agent runs its training tasks in dev mode against a scripted
-   model (:class:`relight.testing.upstream.ScriptedUpstream`) that plays a good policy. The
+   model (:class:`relight.scripted.server.ScriptedUpstream`) that plays a good policy. The
    gateway records each call exactly as the framework sent it (messages, tools) and what the
    script answered; the calls of rollouts that earned the full reward, of the roles being
    trained, become conversations.
@@ -14,7 +14,7 @@ This is what each example under ``examples/`` runs to train (``python examples/c
    start, so the gain measured is RL's own) and after the last.
 
 The run folder is the trainer's own (``metrics.jsonl``, ``summary.json``, ``reward_curve.png``,
-``checkpoints/``, ``store.db``; see :mod:`relight.runfolder`), plus ``scenario.json``: held-out
+``checkpoints/``, ``store.db``; see :mod:`relight.training.run_folder`), plus ``scenario.json``: held-out
 reward before and after RL, wall time, peak memory, and LLM calls and tokens per second of
 generation and of training.
 """
@@ -41,10 +41,10 @@ from rich.console import Console
 import relight
 from relight import semconv
 from relight.agent import Agent
-from relight.models import Mode, RolloutStatus, SpanKind, Transition
+from relight.records import Mode, RolloutStatus, SpanKind, Transition
+from relight.scripted.server import Script, ScriptedUpstream
 from relight.store import Store
-from relight.testing.upstream import Script, ScriptedUpstream
-from relight.transitions import RoleFilter, TransitionBuilder
+from relight.transitions.builder import RoleFilter, TransitionBuilder
 from relight_torch.engine import TorchEngine
 from relight_torch.grpo import GRPO, UpdateCallback
 from relight_torch.sft import SFT, Conversation, conversation_samples

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from relight.models import Transition
+from relight.records import Transition
 from relight_torch._policy import PolicyAlgorithm
 from relight_torch.chat import assistant_turns
 from relight_torch.engine import TorchEngine

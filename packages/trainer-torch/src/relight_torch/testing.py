@@ -4,7 +4,7 @@ Import the fixture into a ``conftest.py``::
 
     from relight_torch.testing import smollm2_path  # noqa: F401
 
-:class:`TokenizerReference` is what :mod:`relight.testing.compat` holds spans to for a model
+:class:`TokenizerReference` is what :mod:`relight_testing.compat` holds spans to for a model
 served by relight-torch (prompts rendered as the engine renders them).
 
 ``smollm2_path`` is session-scoped and the folder behind it is cached across runs
@@ -30,7 +30,7 @@ import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from relight.engine import GenerationRequest
-from relight.models import Transition
+from relight.records import Transition
 from relight_torch.chat import render
 from relight_torch.engine import TorchEngine
 from relight_torch.learner import Learner, Sample
@@ -64,7 +64,7 @@ def smollm2_path() -> Path:
 
 @dataclass(frozen=True, slots=True)
 class Served:
-    """A model served as ``python -m relight_torch.server`` and what :mod:`relight.testing.compat` holds it to."""
+    """A model served as ``python -m relight_torch.server`` and what :mod:`relight_testing.compat` holds it to."""
 
     base_url: str
     model: str
@@ -169,7 +169,7 @@ def answers(engine: TorchEngine, texts: list[str], rewards: list[float]) -> list
 
 
 class TokenizerReference:
-    """A :class:`relight.testing.compat.Reference` from a tokenizer: prompts as relight-torch renders them,
+    """A :class:`relight_testing.compat.Reference` from a tokenizer: prompts as relight-torch renders them,
     or (``engine_rendering=False``) as the bare chat template does, which is what other servers use."""
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase, *, engine_rendering: bool = True) -> None:

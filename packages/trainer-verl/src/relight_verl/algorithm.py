@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import JsonValue
 
-from relight.models import Transition
+from relight.records import Transition
 from relight_verl.config import VerlConfig, to_verl_config
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 
 relight's runners, gateway and trainer do what verl's fully-async rollouter does (they keep
 rollouts going while the actor trains, admit at most ``batch_size × (k + 1)`` groups and drop
-samples more than ``k`` versions old: :mod:`relight.asynchronous`), so verl's rollouter and its
+samples more than ``k`` versions old: :mod:`relight.training.async_loop`), so verl's rollouter and its
 ``async_training.staleness_threshold`` are not used. What verl 0.9 brings is the correction of the
 stale samples, its "decoupled" rollout correction (``algorithm.rollout_correction``, three
 policies): the actor recomputes ``old_log_probs`` (the proximal policy, the PPO anchor) before the

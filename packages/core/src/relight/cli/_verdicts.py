@@ -1,6 +1,6 @@
 """What ``show`` and ``export`` print about training: each call's verdict, and the reasons calls were left out.
 
-The verdicts come from :meth:`relight.transitions.TransitionBuilder.explain`, the code that builds
+The verdicts come from :meth:`relight.transitions.builder.TransitionBuilder.explain`, the code that builds
 the transitions, so these lines say what the dashboard says.
 """
 
@@ -12,8 +12,8 @@ from collections.abc import Iterable
 
 from rich.tree import Tree
 
-from relight.transitions import TransitionBuilder
-from relight.verdicts import Reason, RolloutVerdict
+from relight.transitions.builder import TransitionBuilder
+from relight.transitions.verdicts import Reason, RolloutVerdict
 
 
 def add_builder_options(parser: argparse.ArgumentParser) -> None:

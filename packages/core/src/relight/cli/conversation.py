@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from relight import semconv
-from relight.models import Attempt, Span, SpanKind
+from relight.records import Attempt, Span, SpanKind
 
 __all__ = ["print_conversations"]
 

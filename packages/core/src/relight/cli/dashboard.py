@@ -17,7 +17,7 @@ from relight.dashboard.server import DEFAULT_PORT, Dashboard
 from relight.errors import ConfigError
 from relight.plugins import open_store
 from relight.stores.http.client import TOKEN_ENV
-from relight.transitions import TransitionBuilder
+from relight.transitions.builder import TransitionBuilder
 
 
 def register(add_command: AddCommand) -> None:

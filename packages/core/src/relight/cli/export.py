@@ -9,10 +9,10 @@ from rich.console import Console
 
 from relight.cli._common import AddCommand, add_store_option, with_store
 from relight.cli._verdicts import add_builder_options, builder_from, left_out
-from relight.models import Mode
+from relight.records import Mode
 from relight.store import Store
-from relight.transitions import write_jsonl
-from relight.verdicts import RolloutVerdict
+from relight.transitions.builder import write_jsonl
+from relight.transitions.verdicts import RolloutVerdict
 
 
 def register(add_command: AddCommand) -> None:

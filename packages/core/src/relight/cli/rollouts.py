@@ -21,9 +21,9 @@ from relight.cli._common import (
 )
 from relight.cli._verdicts import add_builder_options, builder_from, verdict_tree
 from relight.cli.conversation import print_conversations
-from relight.models import Attempt, Mode, Rollout, RolloutStatus, Span
+from relight.records import Attempt, Mode, Rollout, RolloutStatus, Span
 from relight.store import Store
-from relight.transitions import episode_return, last_attempt_spans
+from relight.transitions.builder import episode_return, last_attempt_spans
 
 
 def register(add_command: AddCommand) -> None:

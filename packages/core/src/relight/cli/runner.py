@@ -1,6 +1,6 @@
 """``relight runner``: run an agent's rollouts on any host, against a store server and a gateway.
 
-The runner is the same :class:`relight.runner.Runner` a trainer runs in-process, so it fails and
+The runner is the same :class:`relight.runners.runner.Runner` a trainer runs in-process, so it fails and
 recovers the same way: a crashed agent fails its attempt, a runner that dies loses nothing (its
 leases expire and the store hands those rollouts to another runner). SIGTERM or Ctrl-C stops it
 gracefully: it claims nothing more and exits once its attempts have finished, or after
@@ -19,13 +19,13 @@ import time
 
 from rich.console import Console
 
-from relight import _loop
+from relight._internal import loop as _loop
 from relight.agent import Agent, load_agent
 from relight.cli._common import AddCommand, add_store_option, store_url
 from relight.errors import ConfigError, NotFoundError
-from relight.models import Mode
 from relight.plugins import open_store
-from relight.runner import Runner, RunnerStats
+from relight.records import Mode
+from relight.runners.runner import Runner, RunnerStats
 from relight.store import DEFAULT_LEASE_SECONDS, Store
 
 __all__ = ["register", "run_runner"]

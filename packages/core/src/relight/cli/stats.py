@@ -15,7 +15,7 @@ from relight.cli._common import (
     styled_status,
     with_store,
 )
-from relight.models import StoreStats
+from relight.records import StoreStats
 from relight.store import Store
 
 

@@ -35,11 +35,11 @@ from relight.dashboard.catalog import Catalog, row_json
 from relight.dashboard.detail import Decoder, rollout_detail
 from relight.dashboard.reasons import both, reason_filter
 from relight.errors import RelightError
-from relight.models import Mode, RolloutStatus
+from relight.records import Mode, RolloutStatus
 from relight.stores.http._wire import status_of
 from relight.summaries import SummaryFilter
-from relight.transitions import TransitionBuilder
-from relight.verdicts import Reason
+from relight.transitions.builder import TransitionBuilder
+from relight.transitions.verdicts import Reason
 
 __all__ = ["STATIC", "create_app"]
 

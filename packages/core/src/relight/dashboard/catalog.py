@@ -17,10 +17,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from relight.dashboard.reasons import reasons_of
-from relight.models import Mode, RolloutStatus
+from relight.records import Mode, RolloutStatus
 from relight.store import Store
 from relight.summaries import RolloutSummary, SummaryFilter, SummaryPage
-from relight.transitions import TransitionBuilder
+from relight.transitions.builder import TransitionBuilder
 
 __all__ = ["Catalog", "row_json"]
 

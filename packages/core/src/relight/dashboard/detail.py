@@ -2,7 +2,7 @@
 
 Each call carries its messages, its response, its response tokens with their logprobs (each id
 decoded on its own, so the exact tokens show, or just the ids where no tokenizer is known), and
-the verdict of :meth:`relight.transitions.TransitionBuilder.explain_spans`: the transition it became
+the verdict of :meth:`relight.transitions.builder.TransitionBuilder.explain_spans`: the transition it became
 (role, group, credited reward, policy version) or why it became none, and, once an update trained
 on it, the advantage the algorithm gave it and the version that update made (:mod:`relight.trained`).
 """
@@ -16,11 +16,11 @@ from typing import Any, cast
 from pydantic import JsonValue
 
 from relight import semconv
-from relight.models import Attempt, Span
+from relight.records import Attempt, Span
 from relight.store import Store
-from relight.trained import TrainedCall, trained_calls
-from relight.transitions import TransitionBuilder, episode_return
-from relight.verdicts import CallVerdict
+from relight.transitions.builder import TransitionBuilder, episode_return
+from relight.transitions.trained_calls import TrainedCall, trained_calls
+from relight.transitions.verdicts import CallVerdict
 
 __all__ = ["Decoder", "rollout_detail"]
 

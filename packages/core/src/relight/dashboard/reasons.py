@@ -1,6 +1,6 @@
 """Why a listed rollout's calls were not trained, from its summary alone, and the list's filter by reason.
 
-A list of 100,000 rollouts cannot judge each one's spans (:meth:`relight.transitions.TransitionBuilder.explain`
+A list of 100,000 rollouts cannot judge each one's spans (:meth:`relight.transitions.builder.TransitionBuilder.explain`
 reads them all), so the list reads reasons off the store's summaries (:mod:`relight.summaries`):
 the rollout's status, mode and drop mark decide reasons that hold for every call, exactly as
 ``explain`` does; within a trained rollout, failed calls are ``failed call``, calls of roles the
@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from collections import Counter
 
-from relight.drops import DropReason
-from relight.models import Mode, RolloutStatus
+from relight.records import Mode, RolloutStatus
 from relight.summaries import RolloutSummary, SummaryFilter
-from relight.transitions import TransitionBuilder, role_matches
-from relight.verdicts import Reason
+from relight.transitions.builder import TransitionBuilder, role_matches
+from relight.transitions.drops import DropReason
+from relight.transitions.verdicts import Reason
 
 __all__ = ["NOTHING", "both", "reason_filter", "reasons_of", "refused_roles"]
 

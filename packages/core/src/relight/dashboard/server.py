@@ -16,14 +16,14 @@ from typing import Any, Self
 
 from rich.console import Console
 
-from relight._server import AsgiServer
+from relight._internal.server import AsgiServer
 from relight.dashboard.app import create_app
 from relight.dashboard.catalog import Catalog
 from relight.dashboard.detail import Decoder
 from relight.errors import RelightError
 from relight.store import Store
 from relight.stores.http.server import check_exposure
-from relight.transitions import TransitionBuilder
+from relight.transitions.builder import TransitionBuilder
 
 __all__ = ["DEFAULT_PORT", "Dashboard", "beside_run", "decoder_of"]
 

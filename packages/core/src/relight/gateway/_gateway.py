@@ -17,10 +17,8 @@ from typing import Any
 
 from starlette.requests import Request
 
-from relight._server import AsgiServer
+from relight._internal.server import AsgiServer
 from relight.algorithm import UpstreamTarget
-from relight.batcher import SpanBatcher, SpansLostError
-from relight.context import AttemptRef
 from relight.gateway.errors import GatewayError, UpstreamError
 from relight.gateway.record import Exchange, TraceParent, random_hex
 from relight.gateway.retokenize import HuggingFaceRetokenizer, Retokenizer
@@ -28,6 +26,8 @@ from relight.gateway.sessions import SessionChecker, api_key_for, attempt_of_req
 from relight.gateway.upstreams import Endpoint, Upstream, UpstreamPool, as_upstream, bursts_of
 from relight.gateway.validate import check_messages, check_sampling
 from relight.store import Store
+from relight.tracing.batcher import SpanBatcher, SpansLostError
+from relight.tracing.context import AttemptRef
 
 __all__ = ["Gateway", "GatewayStats"]
 

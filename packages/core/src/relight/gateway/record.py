@@ -15,10 +15,10 @@ from typing import Any, cast
 from pydantic import JsonValue
 
 from relight import semconv
-from relight.context import AttemptRef
 from relight.gateway.retokenize import Retokenizer, end_of_turn, response_text
 from relight.gateway.upstreams import Endpoint
-from relight.models import Span, SpanKind
+from relight.records import Span, SpanKind
+from relight.tracing.context import AttemptRef
 
 __all__ = ["Exchange", "TraceParent", "random_hex"]
 

@@ -18,10 +18,10 @@ from collections import OrderedDict
 
 from starlette.requests import Request
 
-from relight.context import AttemptRef
 from relight.errors import NotFoundError, StoreError
 from relight.gateway.errors import GatewayError
 from relight.store import Store
+from relight.tracing.context import AttemptRef
 
 __all__ = ["API_KEY_PREFIX", "SessionChecker", "api_key_for", "attempt_of_api_key", "attempt_of_request"]
 

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Generator, Iterable, Iterator, Sequen
 from contextlib import contextmanager
 from typing import Any, Literal, Protocol, cast, runtime_checkable
 
-from relight._http import HttpClient, HttpResponse
+from relight._internal.http import HttpClient, HttpResponse
 from relight.algorithm import UpstreamTarget
 from relight.engine import Engine, EngineRequestError, Generation, GenerationRequest, SamplingParams, TokenLogprob
 from relight.gateway import _json
@@ -64,7 +64,7 @@ closes it, so a call never goes out on a connection the upstream has just closed
 class OpenAIUpstream:
     """An OpenAI-compatible server at ``base_url`` (``http://host:8000/v1``).
 
-    It talks HTTP through :class:`relight._http.HttpClient`, a keep-alive client on httptools
+    It talks HTTP through :class:`relight._internal.http.HttpClient`, a keep-alive client on httptools
     that costs well under half of aiohttp's CPU per call (and aiohttp a third of httpx's): on the hot
     path of every LLM call, that was the largest part of what the gateway adds.
 

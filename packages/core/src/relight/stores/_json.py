@@ -10,7 +10,7 @@ from collections.abc import Iterable
 
 import orjson
 
-from relight.models import Span
+from relight.records import Span
 
 __all__ = ["span_json", "spans_json"]
 

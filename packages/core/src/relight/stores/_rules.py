@@ -9,7 +9,7 @@ from typing import Literal, cast
 from pydantic import JsonValue
 
 from relight.errors import ConfigError, InvalidStateError, LeaseLostError, NotFoundError, StoreError
-from relight.models import Attempt, AttemptStatus, Rollout, RolloutRequest, RolloutStatus, Span, new_id
+from relight.records import Attempt, AttemptStatus, Rollout, RolloutRequest, RolloutStatus, Span, new_id
 from relight.summaries import SummaryFilter
 
 MAX_LEASE_SECONDS = 7 * 24 * 3600.0

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Final
 
-from relight.models import Rollout
+from relight.records import Rollout
 from relight.stores import _rules
 from relight.summaries import RolloutSummary, SpanFacts, SummaryFilter, SummaryPage
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from pydantic import JsonValue
 
-from relight.models import (
+from relight.records import (
     Attempt,
     AttemptStatus,
     Mode,

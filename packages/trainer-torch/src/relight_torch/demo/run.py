@@ -10,7 +10,7 @@
    engine serves.
 4. Greedy evaluation before and after (the trainer's validation rollouts), read back from the store.
 
-The run folder is the trainer's (:mod:`relight.runfolder`), as for any ``fit``.
+The run folder is the trainer's (:mod:`relight.training.run_folder`), as for any ``fit``.
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 import relight
-from relight.models import Mode, RolloutStatus, SpanKind
-from relight.runfolder import RunFolder
+from relight.records import Mode, RolloutStatus, SpanKind
 from relight.store import Store
-from relight.transitions import episode_return
+from relight.training.run_folder import RunFolder
+from relight.transitions.builder import episode_return
 from relight_torch.demo.agent import calculator_agent
 from relight_torch.demo.calculator import TOOLS, demonstration, problems
 from relight_torch.engine import TorchEngine

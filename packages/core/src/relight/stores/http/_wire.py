@@ -21,7 +21,7 @@ from relight.errors import (
     StoreError,
     StoreUnavailableError,
 )
-from relight.models import Attempt, AttemptStatus, Mode, Rollout, RolloutRequest, Span
+from relight.records import Attempt, AttemptStatus, Mode, Rollout, RolloutRequest, Span
 from relight.store import DEFAULT_LEASE_SECONDS
 from relight.summaries import SummaryFilter
 

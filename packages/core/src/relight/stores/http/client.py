@@ -3,16 +3,16 @@
 Open it with ``relight.open_store("http://host:8765", token=...)`` (or ``https://``); the token
 may come from ``RELIGHT_STORE_TOKEN`` instead. Errors come back as the exception classes the server's
 store raised. One ``add_spans`` call is one POST (split only when it would exceed the server's body
-limit); agents should hand spans to a :class:`relight.batcher.SpanBatcher` rather than await a round
+limit); agents should hand spans to a :class:`relight.tracing.batcher.SpanBatcher` rather than await a round
 trip per span. ``claim`` and ``wait`` long-poll: each request is held by the server until there is an
 answer or its poll limit passes, and is then repeated until the caller's own timeout.
 
-It talks HTTP through :class:`relight._http.HttpClient`, the lean keep-alive client the gateway
+It talks HTTP through :class:`relight._internal.http.HttpClient`, the lean keep-alive client the gateway
 forwards with: httpx spent ~0.6 ms of CPU on each request, and the store calls of a runner process
 (claim, spans, finish) took a third of its time besides the agent's; this one spends ~0.05 ms.
 
 Transient faults (a connection the server dropped, a server restarting, a 502/503/504) are retried
-with backoff and jitter under ``retry`` (a :class:`relight._retry.RetryPolicy`). Every call can be
+with backoff and jitter under ``retry`` (a :class:`relight._internal.retry.RetryPolicy`). Every call can be
 retried safely: reads, heartbeats, waits, cancels and span writes are idempotent, ``enqueue`` names
 its rollouts here before sending, and claim, finish and publish carry a request id the server
 answers retries of from its memory. Idle connections are given up after
@@ -29,11 +29,11 @@ from urllib.parse import urlencode
 
 from pydantic import BaseModel, JsonValue
 
-from relight._http import HttpClient
-from relight._retry import RetryPolicy, retry_async
-from relight._server import CLIENT_KEEP_ALIVE_SECONDS
+from relight._internal.http import HttpClient
+from relight._internal.retry import RetryPolicy, retry_async
+from relight._internal.server import CLIENT_KEEP_ALIVE_SECONDS
 from relight.errors import ConfigError, LeaseLostError, StoreUnavailableError
-from relight.models import (
+from relight.records import (
     Attempt,
     AttemptStatus,
     Mode,

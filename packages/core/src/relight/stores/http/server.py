@@ -36,9 +36,9 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from relight._server import SERVER_KEEP_ALIVE_SECONDS
+from relight._internal.server import SERVER_KEEP_ALIVE_SECONDS
 from relight.errors import ConfigError, RelightError, StoreError
-from relight.models import Mode, RolloutStatus, Span
+from relight.records import Mode, RolloutStatus, Span
 from relight.store import Store
 from relight.stores._json import spans_json
 from relight.stores.http import _wire

@@ -1,0 +1,189 @@
+"""OpenTelemetry into the store: the span processor, the tracer relight writes with, and emitters.
+
+:func:`install` adds a :class:`StoreSpanProcessor` to the process's tracer provider (an SDK provider
+is set as the global one if the application has none; an application's own SDK provider is kept
+and shared). Every span that starts inside a rollout attempt (see :mod:`relight.tracing.context`) is
+stamped with its rollout and attempt and, when it ends, handed to a :class:`SpanBatcher`.
+Spans outside any attempt pass by untouched. Every hook here is guarded (:mod:`relight.tracing.hook_failures`):
+a failure costs a span, never the application's request or the agent's rollout.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import Span as SdkSpan
+from opentelemetry.trace import Tracer
+from pydantic import JsonValue
+
+from relight import semconv
+from relight.records import Span, SpanKind
+from relight.tracing.batcher import SpanBatcher
+from relight.tracing.context import current_attempt
+from relight.tracing.hook_failures import hook_failed
+
+__all__ = [
+    "StoreSpanProcessor",
+    "emit_annotation",
+    "emit_reward",
+    "install",
+    "otel_to_span",
+    "tracer",
+    "uninstall",
+]
+
+logger = logging.getLogger(__name__)
+
+_lock = threading.Lock()
+_processor: StoreSpanProcessor | None = None
+
+
+class StoreSpanProcessor(SpanProcessor):
+    """Stamps spans with the current attempt and sends the finished ones to a batcher."""
+
+    def __init__(self) -> None:
+        self.batcher: SpanBatcher | None = None
+        self.dropped = 0
+
+    def on_start(self, span: SdkSpan, parent_context: otel_context.Context | None = None) -> None:
+        if self.batcher is None:
+            return
+        try:
+            ref = current_attempt()
+            attributes = span.attributes or {}
+            if ref is not None and semconv.ROLLOUT_ID not in attributes:
+                span.set_attribute(semconv.ROLLOUT_ID, ref.rollout_id)
+                span.set_attribute(semconv.ATTEMPT_ID, ref.attempt_id)
+        except Exception:
+            self.dropped += 1
+            hook_failed("StoreSpanProcessor.on_start")
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if self.batcher is None:
+            return
+        try:
+            converted = otel_to_span(span)
+            if converted is not None:
+                self.batcher.submit(converted)
+        except Exception:
+            self.dropped += 1
+            hook_failed("StoreSpanProcessor.on_end")
+
+    def shutdown(self) -> None:
+        return None
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
+def otel_to_span(span: ReadableSpan) -> Span | None:
+    """Our record of an OpenTelemetry span, or None if it belongs to no attempt."""
+    attributes = dict(span.attributes or {})
+    rollout_id = attributes.get(semconv.ROLLOUT_ID)
+    attempt_id = attributes.get(semconv.ATTEMPT_ID)
+    if not isinstance(rollout_id, str) or not isinstance(attempt_id, str):
+        return None
+    context = span.get_span_context()
+    if context is None:
+        return None
+    start = span.start_time or 0
+    return Span(
+        rollout_id=rollout_id,
+        attempt_id=attempt_id,
+        span_id=format(context.span_id, "016x"),
+        trace_id=format(context.trace_id, "032x"),
+        parent_id=format(span.parent.span_id, "016x") if span.parent is not None else None,
+        name=span.name,
+        start_time=start,
+        end_time=max(span.end_time or start, start),
+        attributes={key: _json_value(value) for key, value in attributes.items()},
+        status_code=span.status.status_code.name,
+        status_message=span.status.description,
+    )
+
+
+def _json_value(value: Any) -> JsonValue:
+    if isinstance(value, tuple | list):
+        return [_json_value(v) for v in value]  # pyright: ignore[reportUnknownVariableType]
+    return value
+
+
+def install(batcher: SpanBatcher) -> StoreSpanProcessor:
+    """Send spans of rollout attempts to ``batcher`` (replacing an earlier install's batcher)."""
+    global _processor
+    with _lock:
+        if _processor is None:
+            _processor = StoreSpanProcessor()
+            _sdk_provider().add_span_processor(_processor)
+        _processor.batcher = batcher
+        return _processor
+
+
+def uninstall() -> None:
+    """Stop recording; spans already handed to the batcher are still written.
+
+    An SDK provider cannot drop a processor, so ours stays registered with no batcher.
+    """
+    with _lock:
+        if _processor is not None:
+            _processor.batcher = None
+
+
+def _sdk_provider() -> TracerProvider:
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, TracerProvider):
+        return provider
+    own = TracerProvider()
+    trace.set_tracer_provider(own)
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, TracerProvider):
+        return provider
+    logger.warning("relight: the global tracer provider is not an SDK provider; using a private one")
+    return own
+
+
+def tracer() -> Tracer:
+    """The tracer relight and its adapters record with."""
+    return _sdk_provider().get_tracer("relight")
+
+
+def emit_reward(value: float, *, name: str = "reward") -> None:
+    """Record a reward for the current attempt (the episode's, or a step's under ``per_step`` credit).
+
+    Raises:
+        ValueError: ``value`` is not a finite number.
+    """
+    if isinstance(value, bool) or not math.isfinite(value):
+        raise ValueError(f"reward value must be a finite number, got {value!r}")
+    _emit(
+        f"reward {name}",
+        {semconv.SPAN_KIND: SpanKind.REWARD.value, semconv.REWARD: float(value), semconv.REWARD_NAME: name},
+    )
+
+
+def emit_annotation(payload: Mapping[str, JsonValue], *, name: str = "annotation") -> None:
+    """Record free-form facts about the current attempt (a score breakdown, the final answer)."""
+    _emit(
+        f"annotation {name}",
+        {semconv.SPAN_KIND: SpanKind.ANNOTATION.value, semconv.ANNOTATION: json.dumps(payload, default=str)},
+    )
+
+
+def _emit(span_name: str, attributes: Mapping[str, str | float | bool | Sequence[str]]) -> None:
+    """Record a span of the current attempt; a failing tracer is counted and logged, never raised."""
+    try:
+        if current_attempt() is None:
+            logger.warning("relight: %s emitted outside a rollout attempt was not recorded", span_name)
+            return
+        with tracer().start_as_current_span(span_name, attributes=attributes):
+            pass
+    except Exception:
+        hook_failed(f"emitting {span_name.split()[0]}")

@@ -1,0 +1,118 @@
+"""Role and tool spans: how an adapter tells relight which agent made an LLM call or ran a tool.
+
+The gateway sees every LLM call with its token ids but not which agent made it; the framework
+knows the agent but not the token ids. An adapter records one *role span* per LLM call (and one
+*tool span* per tool run) inside the rollout attempt; transitions join each role span to the
+gateway's LLM span by response id, then by request messages, then by order within the attempt.
+
+Start a span where the framework reports the call starting, in the agent's context, so it is
+tagged with the right attempt even when the framework reports the end from elsewhere. Outside a
+rollout attempt nothing is recorded and the ``start_*`` functions return None.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from opentelemetry.trace import Span, Status, StatusCode
+
+from relight import semconv
+from relight.records import SpanKind
+from relight.tracing import otel as tracing
+from relight.tracing.context import current_attempt
+
+__all__ = ["end_role_span", "end_tool_span", "start_role_span", "start_tool_span"]
+
+
+def start_role_span(
+    role: str,
+    *,
+    framework: str,
+    run_id: str | None = None,
+    agent_name: str | None = None,
+    input_messages: Sequence[Mapping[str, Any]] | None = None,
+    start_time: int | None = None,
+) -> Span | None:
+    """Open the role span of one LLM call made by ``role`` (a path for nested agents: ``researcher/agent``).
+
+    Args:
+        role: the agent or node; what a role filter matches.
+        framework: the adapter's framework (``langgraph``).
+        run_id: the framework's own id for the call.
+        agent_name: the agent's own name; the last part of ``role`` by default.
+        input_messages: the request's messages in OpenAI's shape, to join calls that have no response id.
+        start_time: nanoseconds since the epoch, when the call began before the framework told us.
+    """
+    if current_attempt() is None:
+        return None
+    attributes: dict[str, str] = {
+        semconv.SPAN_KIND: SpanKind.ROLE.value,
+        semconv.ROLE: role,
+        semconv.GEN_AI_AGENT_NAME: agent_name or role.rsplit("/", 1)[-1],
+        semconv.FRAMEWORK: framework,
+    }
+    if run_id is not None:
+        attributes[semconv.FRAMEWORK_RUN_ID] = run_id
+    if input_messages is not None:
+        attributes[semconv.GEN_AI_INPUT_MESSAGES] = json.dumps(list(input_messages), default=str)
+    return tracing.tracer().start_span(f"chat {role}", attributes=attributes, start_time=start_time)
+
+
+def end_role_span(
+    span: Span,
+    *,
+    response_id: str | None = None,
+    error: BaseException | None = None,
+    end_time: int | None = None,
+) -> None:
+    """Close a role span with the response id the framework saw (it joins the gateway's span).
+
+    ``end_time`` (nanoseconds since the epoch) is for frameworks that report a call after it ended.
+    """
+    if response_id:
+        span.set_attribute(semconv.GEN_AI_RESPONSE_ID, response_id)
+    _end(span, error, end_time)
+
+
+def start_tool_span(
+    tool_name: str,
+    *,
+    role: str,
+    framework: str,
+    call_id: str | None = None,
+    run_id: str | None = None,
+    start_time: int | None = None,
+) -> Span | None:
+    """Open the span of one tool run requested by ``role``'s LLM call ``call_id``."""
+    if current_attempt() is None:
+        return None
+    attributes: dict[str, str] = {
+        semconv.SPAN_KIND: SpanKind.TOOL.value,
+        semconv.GEN_AI_TOOL_NAME: tool_name,
+        semconv.ROLE: role,
+        semconv.FRAMEWORK: framework,
+    }
+    if call_id is not None:
+        attributes[semconv.GEN_AI_TOOL_CALL_ID] = call_id
+    if run_id is not None:
+        attributes[semconv.FRAMEWORK_RUN_ID] = run_id
+    return tracing.tracer().start_span(f"execute_tool {tool_name}", attributes=attributes, start_time=start_time)
+
+
+def end_tool_span(
+    span: Span, *, success: bool, error: BaseException | None = None, end_time: int | None = None
+) -> None:
+    """Close a tool span; ``success`` feeds automatic intermediate rewards."""
+    span.set_attribute(semconv.TOOL_SUCCESS, success)
+    if not success and error is None:
+        span.set_status(Status(StatusCode.ERROR))
+    _end(span, error, end_time)
+
+
+def _end(span: Span, error: BaseException | None, end_time: int | None) -> None:
+    if error is not None:
+        span.set_attribute(semconv.ERROR_TYPE, type(error).__name__)
+        span.set_status(Status(StatusCode.ERROR, str(error)))
+    span.end(end_time)

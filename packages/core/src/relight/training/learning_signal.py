@@ -1,0 +1,53 @@
+"""Learning signal: which groups of transitions a group-relative algorithm can learn from.
+
+GRPO (and REINFORCE++, which subtracts the group mean first) gives every transition of a group
+whose rewards are all equal an advantage of exactly zero: such a group costs a forward and a
+backward pass and teaches nothing. Algorithms skip those groups before the forward pass; the
+trainer counts them, warns when a whole step has none with signal, and can sample a flat task
+again (dynamic sampling, as DAPO does) so its group gets a chance to differ.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+
+from relight.records import Rollout, RolloutRequest, Transition
+
+__all__ = ["flat_groups", "sample_until_signal"]
+
+
+def flat_groups(transitions: Sequence[Transition], *, tolerance: float = 1e-9) -> set[str]:
+    """The group ids whose transitions all carry the same reward (to ``tolerance``): no advantage to learn from."""
+    spans: dict[str, tuple[float, float]] = {}
+    for transition in transitions:
+        low, high = spans.get(transition.group_id, (transition.reward, transition.reward))
+        spans[transition.group_id] = (min(low, transition.reward), max(high, transition.reward))
+    return {group for group, (low, high) in spans.items() if high - low <= tolerance}
+
+
+async def sample_until_signal(
+    requests: Sequence[RolloutRequest],
+    run: Callable[[Sequence[RolloutRequest]], Awaitable[list[Rollout]]],
+    build: Callable[[Sequence[Rollout]], Awaitable[list[Transition]]],
+    *,
+    rounds: int = 0,
+) -> tuple[list[Rollout], list[Transition], int]:
+    """Run ``requests``, then run again the tasks whose group has no signal, at most ``rounds`` more times.
+
+    A task sampled again keeps its ``group_id``, so its new samples join its group: the group grows
+    until its rewards differ (a hard task that succeeded once in sixteen tries teaches something).
+    Returns every rollout, their transitions, and the rounds of resampling taken.
+    """
+    rollouts = await run(requests)
+    transitions = await build(rollouts)
+    for taken in range(rounds):
+        with_any_signal = {t.group_id for t in transitions} - flat_groups(transitions)
+        task_of = {rollout.rollout_id: rollout.group_id for rollout in rollouts}
+        learned = {task_of.get(t.rollout_id) for t in transitions if t.group_id in with_any_signal}
+        again = [request for request in requests if request.group_id not in learned]
+        if not again:
+            return rollouts, transitions, taken
+        more = await run(again)
+        rollouts += more
+        transitions += await build(more)
+    return rollouts, transitions, rounds

@@ -1,0 +1,108 @@
+"""What the synchronous and asynchronous training loops share: what they work on, enqueue and report.
+
+Both loops work on the store, gateway and algorithm the trainer set up, with the hooks it lends
+them (:class:`LoopHooks`: publishing, checkpoints, validation, progress lines). Both name a task's
+group ``step<n>-task<i>`` (so a run's groups line up whichever loop ran it), enqueue ``n_samples``
+rollouts per group, and report a step's metrics under the same names in the same order: the ones
+the synchronous loop reports first, then each loop's own.
+"""
+
+from __future__ import annotations
+
+import statistics
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from pydantic import JsonValue
+
+from relight.algorithm import Algorithm
+from relight.gateway import Gateway
+from relight.records import Resources, Rollout, RolloutRequest, RolloutStatus, Transition
+from relight.store import Store
+from relight.transitions.builder import TransitionBuilder
+
+__all__ = ["LoopHooks", "TrainingLoop", "group_id", "group_requests", "step_metrics"]
+
+
+@dataclass(frozen=True, slots=True)
+class LoopHooks:
+    """What the trainer lends the loop, so both loops publish, checkpoint, log and validate alike."""
+
+    publish: Callable[[], Awaitable[Resources]]
+    """Serve and publish the algorithm's current policy."""
+    returns: Callable[[Sequence[Rollout]], Awaitable[list[float]]]
+    finish_step: Callable[[dict[str, float], Resources], Awaitable[dict[str, float]]]
+    """After an update: checkpoint, metrics file, validation on schedule; returns the step's metrics."""
+    report: Callable[[Mapping[str, float]], None]
+    """The progress line of a step."""
+
+
+class TrainingLoop(ABC):
+    """One :meth:`relight.Trainer.fit`'s training loop over the store and gateway the trainer set up."""
+
+    def __init__(
+        self, store: Store, gateway: Gateway, algorithm: Algorithm, transitions: TransitionBuilder, hooks: LoopHooks
+    ) -> None:
+        self.store = store
+        self.gateway = gateway
+        self.algorithm = algorithm
+        self.builder = transitions
+        self.hooks = hooks
+
+    @abstractmethod
+    async def run(
+        self, dataset: Sequence[JsonValue], resources: Resources
+    ) -> tuple[int, Resources, list[dict[str, float]]]:
+        """Train over ``epochs`` passes of ``dataset``; returns the last step, resources and each step's metrics."""
+
+
+def group_id(step: int, position: int) -> str:
+    """The group of the task at ``position`` in step ``step``'s batch."""
+    return f"step{step}-task{position}"
+
+
+def group_requests(
+    task: JsonValue, group: str, *, step: int, n_samples: int, max_attempts: int, resources: Resources
+) -> list[RolloutRequest]:
+    """The ``n_samples`` rollouts of one task's group, sampled by the policy ``resources`` publish."""
+    return [
+        RolloutRequest(
+            input=task,
+            group_id=group,
+            max_attempts=max_attempts,
+            resources_version=resources.version,
+            metadata={"step": step},
+        )
+        for _ in range(n_samples)
+    ]
+
+
+def step_metrics(
+    step: int,
+    learned: Mapping[str, float],
+    policy_version: int,
+    rollouts: Sequence[Rollout],
+    transitions: Sequence[Transition],
+    returns: Sequence[float],
+    *,
+    time_rollouts_s: float,
+    time_update_s: float,
+    counts: Mapping[str, float] | None = None,
+) -> dict[str, float]:
+    """A step's metrics: the algorithm's (``learned``), then what it trained on and how long it took.
+
+    ``counts`` (the synchronous loop's groups and sampling rounds) stand after the transitions.
+    """
+    return {
+        "step": step,
+        **{key: float(value) for key, value in learned.items()},
+        "policy_version": policy_version,
+        "rollouts": len(rollouts),
+        "rollouts_failed": sum(r.status is not RolloutStatus.SUCCEEDED for r in rollouts),
+        "transitions": len(transitions),
+        **(counts or {}),
+        "reward_mean": statistics.fmean(returns) if returns else 0.0,
+        "time_rollouts_s": time_rollouts_s,
+        "time_update_s": time_update_s,
+    }

@@ -1,0 +1,389 @@
+"""From a finished attempt's spans to transitions: what every trainer (and the JSONL export) consumes.
+
+Each LLM span the gateway recorded becomes one :class:`relight.records.Transition`. Its role comes
+from the adapter's role span for the same call, found by response id, else by equal request
+messages, else by order (the role span around the call, then the next unmatched one). Credit is
+assigned over all the attempt's calls (see :mod:`relight.transitions.credit`) before a role filter keeps the
+roles being trained, so a filtered role's calls still count as steps of the episode.
+
+Only succeeded rollouts yield transitions unless ``include_failed`` is set; then a failed
+rollout's last attempt counts, its calls sharing ``failed_reward`` when it recorded no reward.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import IO, Any, cast
+
+from pydantic import JsonValue
+
+from relight import semconv
+from relight.errors import ConfigError
+from relight.records import Attempt, AttemptStatus, Mode, Rollout, RolloutStatus, Span, SpanKind, Transition
+from relight.store import Store
+from relight.transitions.credit import Call, CreditAssigner, Episode, Event, credit_assigner
+from relight.transitions.drops import DropReason, dropped_reason
+from relight.transitions.verdicts import CallVerdict, Note, Reason, RolloutVerdict
+
+__all__ = [
+    "RoleFilter",
+    "TransitionBuilder",
+    "episode_return",
+    "last_attempt_spans",
+    "read_jsonl",
+    "role_matches",
+    "write_jsonl",
+]
+
+logger = logging.getLogger(__name__)
+
+RoleFilter = str | Sequence[str] | re.Pattern[str] | None
+"""Which roles to train, as Agent Lightning's ``agent_match``:
+
+- a string or compiled pattern is a regular expression *searched* in the role path, so
+  ``"write|rewrite"`` keeps ``write_query``, ``rewrite_query`` and ``team/writer``; anchor it
+  (``"^writer$"``) to match a whole path;
+- a list (or tuple, set) names exact role paths: ``["team/writer"]`` keeps that role alone;
+- None keeps every call, also those no adapter named.
+
+Calls without a role (no adapter recorded a role span) are kept only by None."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Joined:
+    span: Span
+    role: str | None
+
+
+class TransitionBuilder:
+    """Makes transitions from finished rollouts: join, credit, role filter, groups.
+
+    Args:
+        roles: see :data:`RoleFilter`.
+        credit: the name of a registered credit assigner (``identical``, ``discounted``, ``per_step``, ``air``).
+        group_by_role: group transitions by task and role (``<group>/<role>``) rather than by task.
+        include_failed: also make transitions of failed rollouts (from their last attempt).
+        failed_reward: the return of a failed attempt that recorded no reward.
+        credit_options: passed to the credit assigner's factory (``gamma=0.9``).
+    """
+
+    def __init__(
+        self,
+        *,
+        roles: RoleFilter = None,
+        credit: str = "identical",
+        group_by_role: bool = False,
+        include_failed: bool = False,
+        failed_reward: float = 0.0,
+        **credit_options: float | str,
+    ) -> None:
+        if isinstance(roles, str):
+            try:
+                re.compile(roles)
+            except re.error as error:
+                raise ConfigError(f"roles={roles!r} is not a valid regular expression: {error}") from None
+        self.roles = roles
+        self.assign: CreditAssigner = credit_assigner(credit, **credit_options)
+        self.group_by_role = group_by_role
+        self.include_failed = include_failed
+        self.failed_reward = failed_reward
+        self.skipped = 0
+        """Calls left out because they had no token ids (see the gateway's ``untrainable`` count)."""
+
+    async def from_store(self, store: Store, rollouts: Iterable[Rollout]) -> list[Transition]:
+        """Transitions of finished rollouts, read from ``store``, rollout by rollout."""
+        transitions: list[Transition] = []
+        for rollout in rollouts:
+            attempt_id = _attempt_to_use(rollout, await store.list_attempts(rollout.rollout_id), self.include_failed)
+            if attempt_id is not None:
+                spans = await store.query_spans(rollout.rollout_id, attempt_id)
+                transitions += self.from_spans(rollout, attempt_id, spans)
+        return transitions
+
+    def from_spans(self, rollout: Rollout, attempt_id: str, spans: Sequence[Span]) -> list[Transition]:
+        """Transitions of one attempt, from its spans."""
+        verdicts = self.judge(rollout, attempt_id, spans)
+        self.skipped += sum(verdict.reason is Reason.NO_TOKEN_IDS for verdict in verdicts)
+        return [verdict.transition for verdict in verdicts if verdict.transition is not None]
+
+    async def explain(self, store: Store, rollout: Rollout, *, training: bool = True) -> RolloutVerdict:
+        """Every LLM call of ``rollout``, each with the transition it became or why it became none.
+
+        ``training`` judges as :meth:`relight.Trainer.fit` does, which never trains a validation rollout
+        nor one whose group it dropped (:mod:`relight.transitions.drops`); without it, as ``relight export`` does.
+        """
+        attempts = await store.list_attempts(rollout.rollout_id)
+        return self.explain_spans(rollout, attempts, await store.query_spans(rollout.rollout_id), training=training)
+
+    def explain_spans(
+        self,
+        rollout: Rollout,
+        attempts: Sequence[Attempt],
+        spans: Sequence[Span],
+        *,
+        training: bool = True,
+        build: bool = True,
+    ) -> RolloutVerdict:
+        """:meth:`explain` on a rollout's attempts and spans already read (``build``: see :meth:`judge`)."""
+        used = _attempt_to_use(rollout, attempts, self.include_failed)
+        judged = used or (attempts[-1].attempt_id if attempts else None)
+        dropped = dropped_reason(span for span in spans if span.attempt_id == judged) if training else None
+        reason = _DROPS[dropped] if dropped is not None else _rollout_reason(rollout, used, training)
+        calls: list[CallVerdict] = []
+        for attempt in attempts:
+            verdicts = self.judge(rollout, attempt.attempt_id, spans, build=build)
+            overrule = reason if attempt.attempt_id == judged else Reason.RETRIED_ATTEMPT
+            if overrule is not None:
+                detail = _REASON_DETAILS[overrule].format(rollout=rollout, attempt=attempt)
+                verdicts = [replace(v, transition=None, reason=overrule, detail=detail) for v in verdicts]
+            calls += verdicts
+        return RolloutVerdict(rollout, judged, reason, calls)
+
+    def judge(
+        self, rollout: Rollout, attempt_id: str, spans: Sequence[Span], *, build: bool = True
+    ) -> list[CallVerdict]:
+        """Each LLM call of one attempt, in the order made, with its transition or the reason it has none.
+
+        ``build=False`` decides the same verdicts without building the transitions (a dashboard's
+        index of many rollouts needs only whether each call is trained).
+        """
+        by_kind: dict[SpanKind, list[Span]] = {}
+        for span in spans:
+            if span.attempt_id == attempt_id:
+                by_kind.setdefault(span.kind, []).append(span)
+        calls = by_kind.get(SpanKind.LLM, [])
+        llm = sorted((s for s in calls if s.status_code != "ERROR"), key=lambda s: s.start_time)
+        joined = _join(llm, sorted(by_kind.get(SpanKind.ROLE, []), key=lambda s: s.start_time))
+        rewards = [
+            Event(span.start_time, value, str(span.attributes.get(semconv.REWARD_NAME, "")))
+            for span in by_kind.get(SpanKind.REWARD, [])
+            if (value := _number(span.attributes.get(semconv.REWARD))) is not None
+        ]
+        if not rewards and rollout.status is RolloutStatus.FAILED:
+            ends = (s.end_time for kind in by_kind.values() for s in kind)
+            rewards = [Event(max(ends, default=0), self.failed_reward, "failed")]
+        tools = [
+            Event(span.start_time, 1.0 if span.attributes.get(semconv.TOOL_SUCCESS) is True else 0.0, span.name)
+            for span in by_kind.get(SpanKind.TOOL, [])
+        ]
+        episode = [Call(item.role, item.span.start_time, item.span.end_time) for item in joined]
+        credit = self.assign(
+            Episode(episode, sorted(rewards, key=lambda e: e.time), sorted(tools, key=lambda e: e.time))
+        )
+        verdicts = [
+            self._verdict(rollout, attempt_id, step, item, reward, build)
+            for step, (item, reward) in enumerate(zip(joined, credit, strict=True))
+        ]
+        verdicts += [
+            CallVerdict(span, None, None, None, None, Reason.FAILED_CALL, span.status_message or "the call failed")
+            for span in calls
+            if span.status_code == "ERROR"
+        ]
+        return sorted(verdicts, key=lambda verdict: verdict.span.start_time)
+
+    def _verdict(
+        self, rollout: Rollout, attempt_id: str, step: int, item: _Joined, reward: float, build: bool
+    ) -> CallVerdict:
+        if not role_matches(self.roles, item.role):
+            detail = f"role {item.role!r} is not among the trained roles ({self.roles!r})"
+            return CallVerdict(item.span, step, item.role, reward, None, Reason.FILTERED_ROLE, detail)
+        attributes = item.span.attributes
+        prompt_ids, response_ids = attributes.get(semconv.PROMPT_TOKEN_IDS), attributes.get(semconv.RESPONSE_TOKEN_IDS)
+        if not (isinstance(prompt_ids, list) and prompt_ids and isinstance(response_ids, list)):
+            detail = "the upstream returned no token ids and the gateway had no retokenizer"
+            return CallVerdict(item.span, step, item.role, reward, None, Reason.NO_TOKEN_IDS, detail)
+        notes = [Note.RETOKENIZED] if attributes.get(semconv.RETOKENIZED) is True else []
+        finish = attributes.get(semconv.GEN_AI_RESPONSE_FINISH_REASONS)
+        if isinstance(finish, list) and "length" in finish:
+            notes.append(Note.TRUNCATED)
+        transition = self._transition(rollout, attempt_id, step, item, reward) if build else None
+        return CallVerdict(item.span, step, item.role, reward, transition, None, notes=tuple(notes))
+
+    def _transition(self, rollout: Rollout, attempt_id: str, step: int, item: _Joined, reward: float) -> Transition:
+        """The call's transition; :meth:`_verdict` has checked it has token ids."""
+        attributes = item.span.attributes
+        prompt_ids = cast(list[int], attributes[semconv.PROMPT_TOKEN_IDS])
+        response_ids = cast(list[int], attributes[semconv.RESPONSE_TOKEN_IDS])
+        logprobs = attributes.get(semconv.RESPONSE_LOGPROBS)
+        version = attributes.get(semconv.POLICY_VERSION)
+        group = f"{rollout.group_id}/{item.role}" if self.group_by_role and item.role else rollout.group_id
+        return Transition(
+            rollout_id=rollout.rollout_id,
+            attempt_id=attempt_id,
+            group_id=group,
+            step=step,
+            role=item.role,
+            prompt_token_ids=prompt_ids,
+            response_token_ids=response_ids,
+            response_logprobs=[float(v) for v in cast(list[float], logprobs)] if isinstance(logprobs, list) else None,
+            reward=reward,
+            policy_version=version if isinstance(version, int) else None,
+            mode=rollout.mode,
+            span_id=item.span.span_id,
+            retokenized=attributes.get(semconv.RETOKENIZED) is True,
+            metadata=_metadata(attributes),
+        )
+
+
+def role_matches(roles: RoleFilter, role: str | None) -> bool:
+    """Whether the filter ``roles`` keeps a call made by ``role`` (see :data:`RoleFilter`)."""
+    if roles is None:
+        return True
+    if role is None:
+        return False
+    if isinstance(roles, str):
+        return re.search(roles, role) is not None
+    if isinstance(roles, re.Pattern):
+        return roles.search(role) is not None
+    return role in roles
+
+
+def _metadata(attributes: dict[str, JsonValue]) -> dict[str, JsonValue]:
+    """The call's response id and, for a call an update landed in, which version sampled which tokens."""
+    metadata: dict[str, JsonValue] = {"response_id": attributes.get(semconv.GEN_AI_RESPONSE_ID)}
+    if semconv.POLICY_VERSION_SEGMENTS in attributes:
+        metadata["policy_version_segments"] = attributes[semconv.POLICY_VERSION_SEGMENTS]
+    return metadata
+
+
+def _join(llm_spans: Sequence[Span], role_spans: Sequence[Span]) -> list[_Joined]:
+    """Each LLM span with the role of its role span: by response id, then request messages, then order."""
+    roles: dict[str, str | None] = {}
+    unmatched = list(role_spans)
+
+    def pair(llm: Span, role_span: Span) -> None:
+        role = role_span.attributes.get(semconv.ROLE)
+        roles[llm.span_id] = str(role) if role is not None else None
+        unmatched.remove(role_span)
+
+    by_response_id = {
+        str(s.attributes[semconv.GEN_AI_RESPONSE_ID]): s
+        for s in role_spans
+        if s.attributes.get(semconv.GEN_AI_RESPONSE_ID)
+    }
+    for llm in llm_spans:
+        role_span = by_response_id.get(str(llm.attributes.get(semconv.GEN_AI_RESPONSE_ID)))
+        if role_span is not None and role_span in unmatched:
+            pair(llm, role_span)
+    for llm in (s for s in llm_spans if s.span_id not in roles):
+        key = _messages_key(llm.attributes.get(semconv.GEN_AI_INPUT_MESSAGES))
+        role_span = next(
+            (
+                r
+                for r in unmatched
+                if key is not None and _messages_key(r.attributes.get(semconv.GEN_AI_INPUT_MESSAGES)) == key
+            ),
+            None,
+        )
+        if role_span is not None:
+            pair(llm, role_span)
+    for llm in (s for s in llm_spans if s.span_id not in roles):
+        around = [r for r in unmatched if r.start_time <= llm.start_time and llm.end_time <= r.end_time]
+        if around:
+            pair(llm, max(around, key=lambda r: r.start_time))
+    for llm in (s for s in llm_spans if s.span_id not in roles):
+        if unmatched:
+            pair(llm, unmatched[0])
+    return [_Joined(llm, roles.get(llm.span_id)) for llm in llm_spans]
+
+
+def _attempt_to_use(rollout: Rollout, attempts: Sequence[Attempt], include_failed: bool) -> str | None:
+    """The attempt whose calls are trained: a succeeded rollout's succeeded one, a failed rollout's last."""
+    if rollout.status is RolloutStatus.SUCCEEDED:
+        return next((a.attempt_id for a in reversed(attempts) if a.status is AttemptStatus.SUCCEEDED), None)
+    if rollout.status is RolloutStatus.FAILED and include_failed and attempts:
+        return attempts[-1].attempt_id
+    return None
+
+
+def _rollout_reason(rollout: Rollout, used: str | None, training: bool) -> Reason | None:
+    if rollout.status is RolloutStatus.CANCELLED:
+        return Reason.CANCELLED
+    if rollout.status is RolloutStatus.FAILED and used is None:
+        return Reason.FAILED_ROLLOUT
+    if not rollout.is_finished:
+        return Reason.NOT_FINISHED
+    if training and rollout.mode is Mode.VAL:
+        return Reason.VALIDATION
+    return None
+
+
+_DROPS = {DropReason.STALENESS: Reason.STALE, DropReason.AGED_OUT: Reason.AGED_OUT}
+
+_REASON_DETAILS = {
+    Reason.STALE: "the trainer dropped its group: a call was more policy versions behind than max_staleness allows",
+    Reason.AGED_OUT: "the trainer cancelled its group: unfinished when it could no longer be trained in time",
+    Reason.CANCELLED: "the rollout was cancelled",
+    Reason.FAILED_ROLLOUT: "the rollout failed all {rollout.attempt_count} attempt(s) and failed rollouts are not "
+    "trained (include_failed=False)",
+    Reason.NOT_FINISHED: "the rollout is {rollout.status.value}",
+    Reason.VALIDATION: "validation rollouts measure the policy and are never trained",
+    Reason.RETRIED_ATTEMPT: "attempt {attempt.number} ended {attempt.status.value}; a later attempt counts",
+}
+
+
+def _messages_key(text: JsonValue | None) -> tuple[tuple[str, str], ...] | None:
+    """Request messages reduced to (role, text) pairs, so differently spelled records of one request compare equal."""
+    if not isinstance(text, str):
+        return None
+    try:
+        messages: Any = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(messages, list):
+        return None
+    key: list[tuple[str, str]] = []
+    for message in cast(list[Any], messages):
+        if not isinstance(message, dict):
+            return None
+        entry = cast(dict[str, Any], message)
+        content: Any = entry.get("content")
+        if isinstance(content, list):
+            content = "".join(
+                str(cast(dict[str, Any], p).get("text", "")) for p in cast(list[Any], content) if isinstance(p, dict)
+            )
+        key.append((str(entry.get("role", "")), "" if content is None else str(content)))
+    return tuple(key)
+
+
+async def last_attempt_spans(store: Store, rollout_id: str) -> list[Span]:
+    """The spans of a rollout's latest attempt, the one its status and reward come from ([] before any)."""
+    attempts = await store.list_attempts(rollout_id)
+    return await store.query_spans(rollout_id, attempts[-1].attempt_id) if attempts else []
+
+
+def episode_return(spans: Iterable[Span]) -> float | None:
+    """The sum of an attempt's rewards (returned or emitted); None when it recorded none."""
+    rewards = [
+        value
+        for span in spans
+        if span.kind is SpanKind.REWARD and (value := _number(span.attributes.get(semconv.REWARD))) is not None
+    ]
+    return sum(rewards) if rewards else None
+
+
+def _number(value: JsonValue | None) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def write_jsonl(transitions: Iterable[Transition], destination: str | Path | IO[str]) -> int:
+    """Write one transition per line (for SFT or offline RL); returns how many were written."""
+    if isinstance(destination, str | Path):
+        with Path(destination).open("w", encoding="utf-8") as file:
+            return write_jsonl(transitions, file)
+    count = 0
+    for transition in transitions:
+        destination.write(transition.model_dump_json() + "\n")
+        count += 1
+    return count
+
+
+def read_jsonl(source: str | Path) -> list[Transition]:
+    """Transitions written by :func:`write_jsonl`, validated."""
+    with Path(source).open(encoding="utf-8") as file:
+        return [Transition.model_validate_json(line) for line in file if line.strip()]

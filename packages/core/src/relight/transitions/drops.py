@@ -1,0 +1,74 @@
+"""Why a finished rollout was never trained on, written where the store and a dashboard can read it.
+
+The asynchronous trainer (:mod:`relight.training.async_loop`) drops a group whose transitions are too
+many policy versions behind, and cancels one that ages out. Either way each of the group's rollouts
+gets, on its latest attempt, an annotation span named ``relight.dropped`` whose
+``relight.dropped.reason`` attribute is a :class:`DropReason`; :func:`dropped_reason` reads it
+back from an attempt's spans. A rollout cancelled before any attempt started has no attempt to
+carry the span; its status (``cancelled``) is all there is.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Sequence
+from enum import StrEnum
+
+from relight import semconv
+from relight.gateway.record import random_hex
+from relight.records import Span, SpanKind
+from relight.store import Store
+
+__all__ = ["DROPPED_SPAN", "DropReason", "dropped_reason", "mark_dropped"]
+
+DROPPED_SPAN = semconv.DROPPED_SPAN
+
+
+class DropReason(StrEnum):
+    """Why the trainer left a group out."""
+
+    STALENESS = "staleness"
+    """A transition was more than ``max_staleness`` policy versions behind the update."""
+    AGED_OUT = "aged_out"
+    """Still unfinished when it could no longer be trained on in time: cancelled."""
+
+
+async def mark_dropped(store: Store, rollout_ids: Sequence[str], reason: DropReason, *, policy_version: int) -> None:
+    """Record on each rollout's latest attempt that it was dropped, why, and at which policy version."""
+    now = time.time_ns()
+    spans: list[Span] = []
+    for rollout_id in rollout_ids:
+        attempts = await store.list_attempts(rollout_id)
+        if not attempts:
+            continue
+        payload = {"dropped": reason.value, "policy_version": policy_version}
+        spans.append(
+            Span(
+                rollout_id=rollout_id,
+                attempt_id=attempts[-1].attempt_id,
+                span_id=random_hex(16),
+                trace_id=random_hex(32),
+                name=DROPPED_SPAN,
+                start_time=now,
+                end_time=now,
+                attributes={
+                    semconv.SPAN_KIND: SpanKind.ANNOTATION.value,
+                    semconv.ANNOTATION: json.dumps(payload),
+                    semconv.DROPPED_REASON: reason.value,
+                },
+            )
+        )
+    if spans:
+        await store.add_spans(spans)
+
+
+def dropped_reason(spans: Iterable[Span]) -> DropReason | None:
+    """The reason the trainer dropped the attempt these spans belong to; None if it did not."""
+    for span in spans:
+        if span.name == DROPPED_SPAN and span.kind is SpanKind.ANNOTATION:
+            try:
+                return DropReason(str(span.attributes.get(semconv.DROPPED_REASON)))
+            except ValueError:
+                continue
+    return None

@@ -1,0 +1,111 @@
+"""Agents for tests and benchmarks of the loop, importable by name so runner processes can load them.
+
+They drive the real ``openai`` client through the gateway. A task is a mapping: ``{"text": str}``,
+plus ``"stream": true`` to stream every call, ``"fail": true`` to raise after the first call, and
+``"hang_first_attempt": true`` to block forever (until the process is killed) in a first attempt,
+``"hang": true`` to block forever after the first call in every attempt, and ``"die": "first"`` or
+``"die": "always"`` to SIGKILL its own process after the first call (runner processes only!).
+Against :func:`relight.scripted.server.echo`, each call's reply is its prompt's last user message,
+so the n-th reply of a task is ``"<text> #<n>"``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import ssl
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+import openai
+from openai.types.chat import ChatCompletionMessageParam
+
+from relight.agent import LLM, rollout
+from relight.tracing.context import current_attempt
+
+__all__ = ["CALLS", "SPANS", "many_spans_async", "three_calls", "three_calls_async"]
+
+CALLS = 3
+
+_TLS = ssl.create_default_context()
+"""Made once: a client that builds its own loads the CA store, ~50 ms per rollout."""
+
+
+def _question(task: Mapping[str, Any], step: int) -> ChatCompletionMessageParam:
+    return {"role": "user", "content": f"{task['text']} #{step}"}
+
+
+def _reward(task: Mapping[str, Any], last_reply: str) -> float:
+    return 1.0 if last_reply == f"{task['text']} #{CALLS - 1}" else 0.0
+
+
+@rollout
+def three_calls(task: Mapping[str, Any], llm: LLM) -> float:
+    """Three chat calls in one growing conversation, on a thread with the sync client."""
+    messages: list[ChatCompletionMessageParam] = [{"role": "system", "content": "Repeat the last message."}]
+    reply = ""
+    http = httpx.Client(verify=_TLS)
+    with openai.OpenAI(base_url=llm.base_url, api_key=llm.api_key, max_retries=0, http_client=http) as client:
+        for step in range(CALLS):
+            messages.append(_question(task, step))
+            if task.get("stream"):
+                chunks = client.chat.completions.create(model=llm.model, messages=messages, stream=True)
+                reply = "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
+            else:
+                completion = client.chat.completions.create(model=llm.model, messages=messages)
+                reply = completion.choices[0].message.content or ""
+            messages.append({"role": "assistant", "content": reply})
+            if task.get("fail"):
+                raise RuntimeError(f"the agent gave up on {task['text']!r}")
+            attempt = current_attempt()
+            first = attempt is not None and attempt.attempt_id.endswith("-a1")
+            if task.get("hang") or (task.get("hang_first_attempt") and first):
+                threading.Event().wait()
+            if task.get("die") == "always" or (task.get("die") == "first" and first):
+                os.kill(os.getpid(), signal.SIGKILL)
+    return _reward(task, reply)
+
+
+@rollout
+async def three_calls_async(task: Mapping[str, Any], llm: LLM) -> float:
+    """:func:`three_calls` as a coroutine with the async client."""
+    messages: list[ChatCompletionMessageParam] = [{"role": "system", "content": "Repeat the last message."}]
+    reply = ""
+    http = httpx.AsyncClient(verify=_TLS)
+    async with openai.AsyncOpenAI(
+        base_url=llm.base_url, api_key=llm.api_key, max_retries=0, http_client=http
+    ) as client:
+        for step in range(CALLS):
+            messages.append(_question(task, step))
+            if task.get("stream"):
+                chunks = await client.chat.completions.create(model=llm.model, messages=messages, stream=True)
+                reply = "".join([chunk.choices[0].delta.content or "" async for chunk in chunks if chunk.choices])
+            else:
+                completion = await client.chat.completions.create(model=llm.model, messages=messages)
+                reply = completion.choices[0].message.content or ""
+            messages.append({"role": "assistant", "content": reply})
+            if task.get("fail"):
+                raise RuntimeError(f"the agent gave up on {task['text']!r}")
+    return _reward(task, reply)
+
+
+SPANS = 20
+
+
+@rollout
+async def many_spans_async(task: Mapping[str, Any], llm: LLM) -> float:
+    """``SPANS`` spans and no LLM call: ``SPANS - 1`` tool spans, then the returned reward's span.
+
+    For load tests of the store and the runners, where the LLM would only add its own cost.
+    """
+    from relight.tracing import otel as tracing
+
+    for step in range(SPANS - 1):
+        with tracing.tracer().start_as_current_span(f"tool {step}", attributes={"relight.step": step}):
+            pass
+        if step % 5 == 0:
+            await asyncio.sleep(0)  # let the loop breathe, as an agent awaiting its tools would
+    return 1.0

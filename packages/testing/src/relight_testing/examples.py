@@ -1,0 +1,63 @@
+"""How tests find and run the repository's examples.
+
+The examples are scripts in the checkout (``examples/<framework>/<app>.py``), not an installed
+package, so a test finds one from its own file and imports it by path::
+
+    example = load_example(example_file("langgraph/research_graph.py", near=__file__))
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+__all__ = ["example_file", "load_example", "run_example"]
+
+
+def example_file(relative: str, *, near: str | Path) -> Path:
+    """The file ``examples/<relative>`` of the checkout that holds ``near`` (pass a test's ``__file__``)."""
+    start = Path(near).resolve()
+    for folder in start.parents:
+        candidate = folder / "examples" / relative
+        if candidate.is_file():
+            return candidate
+    raise FileNotFoundError(f"no examples/{relative} in any folder above {start}")
+
+
+@functools.cache
+def load_example(path: Path) -> ModuleType:
+    """Import the example script at ``path`` once per process, as ``<framework>_example_<app>``.
+
+    Cached like an import, so suites that share an example share its module (and its one
+    ``relight.instrument`` call).
+    """
+    name = f"{path.parent.name}_example_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import the example {path} as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_example(path: Path, *args: str, cwd: Path) -> list[str]:
+    """Run ``python <path> <args>`` as its README says and return the rows of the dev table it prints.
+
+    Asserts that the command succeeded; a row is a printed line that names a rollout (``ro-…``).
+    """
+    done = subprocess.run(
+        [sys.executable, str(path), *args],
+        cwd=cwd,
+        env={**os.environ, "COLUMNS": "200"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return [line for line in done.stdout.splitlines() if "ro-" in line]
