@@ -57,33 +57,14 @@ from relight.gateway import Gateway
 from relight.records import Resources, Rollout, Transition
 from relight.store import Store
 from relight.training.loop import LoopHooks, TrainingLoop, group_id, group_requests, step_metrics
-from relight.transitions.builder import TransitionBuilder
+from relight.training.options import TrainerOptions
 from relight.transitions.drops import DropReason, mark_dropped
 from relight.transitions.trained_calls import record_trained
 
-__all__ = ["POLL_SECONDS", "AsyncOptions", "AsyncTraining", "LoopHooks"]
+__all__ = ["POLL_SECONDS", "AsyncTraining", "LoopHooks"]
 
 POLL_SECONDS = 0.1
 """How often the loop looks for finished groups: a group takes seconds, a look costs one query."""
-
-
-@dataclass(frozen=True, slots=True)
-class AsyncOptions:
-    """The trainer's settings the asynchronous loop uses."""
-
-    max_staleness: int
-    batch_size: int
-    n_samples: int
-    epochs: int
-    max_attempts: int
-    group_timeout: float | None
-    resample_stale: bool = False
-
-    def __post_init__(self) -> None:
-        if self.max_staleness < 0:
-            raise ConfigError(f"max_staleness must be 0 or more, got {self.max_staleness}")
-        if self.group_timeout is not None and not self.group_timeout > 0:
-            raise ConfigError(f"group_timeout must be a positive number of seconds or None, got {self.group_timeout}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,14 +133,15 @@ class AsyncTraining(TrainingLoop):
         store: Store,
         gateway: Gateway,
         algorithm: Algorithm,
-        transitions: TransitionBuilder,
-        options: AsyncOptions,
+        options: TrainerOptions,
         hooks: LoopHooks,
         *,
         console: Console,
     ) -> None:
-        super().__init__(store, gateway, algorithm, transitions, hooks)
-        self.options = options
+        super().__init__(store, gateway, algorithm, options, hooks)
+        if options.max_staleness is None:
+            raise ConfigError("the asynchronous loop needs max_staleness, the versions a sample may lag (0 or more)")
+        self.max_staleness: int = options.max_staleness
         self.console = console
         self.live = bool(getattr(algorithm, "live_updates", False))
         self._inflight: dict[str, _Group] = {}
@@ -210,7 +192,7 @@ class AsyncTraining(TrainingLoop):
         update: asyncio.Task[tuple[dict[str, float], Resources]] | None = None
         idle_since = time.perf_counter()
         runners_idle_since: float | None = time.perf_counter()
-        size, k = self.options.batch_size, self.options.max_staleness
+        size, k = self.options.batch_size, self.max_staleness
         try:
             while pending or self._inflight or self._ready or update is not None:
                 while pending and admitted - self._totals.discarded < size * (updated + k + 1):
@@ -287,7 +269,7 @@ class AsyncTraining(TrainingLoop):
 
     async def _batch(self, *, last: bool) -> list[_Group]:
         """The next batch of whole groups, dropping those too stale to train on; [] while one is not ready."""
-        version, k = self.algorithm.policy_version, self.options.max_staleness
+        version, k = self.algorithm.policy_version, self.max_staleness
         fresh: list[_Group] = []
         for group in self._ready:
             if group.staleness(version) > k:
@@ -315,7 +297,7 @@ class AsyncTraining(TrainingLoop):
 
     async def _age_out(self) -> None:
         """Cancel groups that can no longer be trained on in time: too many versions or seconds behind."""
-        version, k, limit = self.algorithm.policy_version, self.options.max_staleness, self.options.group_timeout
+        version, k, limit = self.algorithm.policy_version, self.max_staleness, self.options.group_timeout
         now = time.perf_counter()
         for group in list(self._inflight.values()):
             if version - group.version > k or (limit is not None and now - group.admitted_at >= limit):
@@ -383,10 +365,10 @@ class AsyncTraining(TrainingLoop):
             for group in batch
             for t in group.transitions
         )
-        histogram = {f"staleness_{d}": float(staleness.get(d, 0)) for d in range(self.options.max_staleness + 1)}
+        histogram = {f"staleness_{d}": float(staleness.get(d, 0)) for d in range(self.max_staleness + 1)}
         values = list(staleness.elements())
         return {
-            "max_staleness": self.options.max_staleness,
+            "max_staleness": self.max_staleness,
             "samples_per_update": sum(len(group.rollouts) for group in batch),
             "staleness_mean": statistics.fmean(values) if values else 0.0,
             "staleness_max": max(values, default=0),

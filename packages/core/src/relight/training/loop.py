@@ -20,7 +20,7 @@ from relight.algorithm import Algorithm
 from relight.gateway import Gateway
 from relight.records import Resources, Rollout, RolloutRequest, RolloutStatus, Transition
 from relight.store import Store
-from relight.transitions.builder import TransitionBuilder
+from relight.training.options import TrainerOptions
 
 __all__ = ["LoopHooks", "TrainingLoop", "group_id", "group_requests", "step_metrics"]
 
@@ -42,12 +42,13 @@ class TrainingLoop(ABC):
     """One :meth:`relight.Trainer.fit`'s training loop over the store and gateway the trainer set up."""
 
     def __init__(
-        self, store: Store, gateway: Gateway, algorithm: Algorithm, transitions: TransitionBuilder, hooks: LoopHooks
+        self, store: Store, gateway: Gateway, algorithm: Algorithm, options: TrainerOptions, hooks: LoopHooks
     ) -> None:
         self.store = store
         self.gateway = gateway
         self.algorithm = algorithm
-        self.builder = transitions
+        self.options = options
+        self.builder = options.transitions
         self.hooks = hooks
 
     @abstractmethod

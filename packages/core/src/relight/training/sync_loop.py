@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 
 from pydantic import JsonValue
 
@@ -23,24 +22,13 @@ from relight.records import Resources, Rollout, RolloutRequest, Transition
 from relight.store import Store
 from relight.training.learning_signal import flat_groups, sample_until_signal
 from relight.training.loop import LoopHooks, TrainingLoop, group_id, group_requests, step_metrics
-from relight.transitions.builder import TransitionBuilder
+from relight.training.options import TrainerOptions
 from relight.transitions.trained_calls import record_trained
 
-__all__ = ["RunBatch", "SyncOptions", "SyncTraining"]
+__all__ = ["RunBatch", "SyncTraining"]
 
 RunBatch = Callable[[Sequence[RolloutRequest], str], Awaitable[list[Rollout]]]
 """Enqueue rollouts and wait for all of them, showing progress under a label (the trainer's)."""
-
-
-@dataclass(frozen=True, slots=True)
-class SyncOptions:
-    """The trainer's settings the synchronous loop uses."""
-
-    batch_size: int
-    n_samples: int
-    epochs: int
-    max_attempts: int
-    dynamic_sampling: int = 0
 
 
 class SyncTraining(TrainingLoop):
@@ -51,15 +39,13 @@ class SyncTraining(TrainingLoop):
         store: Store,
         gateway: Gateway,
         algorithm: Algorithm,
-        transitions: TransitionBuilder,
-        options: SyncOptions,
+        options: TrainerOptions,
         hooks: LoopHooks,
         *,
         run_batch: RunBatch,
         warn: Callable[[str], None],
     ) -> None:
-        super().__init__(store, gateway, algorithm, transitions, hooks)
-        self.options = options
+        super().__init__(store, gateway, algorithm, options, hooks)
         self.run_batch = run_batch
         self.warn = warn
 

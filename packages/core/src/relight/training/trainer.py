@@ -25,7 +25,7 @@ from collections.abc import AsyncGenerator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any
 
 from pydantic import JsonValue
 from rich.console import Console
@@ -35,7 +35,7 @@ from relight._internal.server import AsgiServer
 from relight.agent import Agent
 from relight.algorithm import Algorithm, UpstreamTarget
 from relight.errors import ConfigError
-from relight.gateway import Gateway, OpenAIUpstream, Retokenizer, Upstream
+from relight.gateway import Gateway, OpenAIUpstream, Upstream
 from relight.plugins import open_store
 from relight.records import Mode, Resources, Rollout, RolloutRequest, RolloutStatus
 from relight.runners.group import RunnerGroup
@@ -43,25 +43,17 @@ from relight.runners.processes import RunnerProcesses
 from relight.runners.runner import Runner
 from relight.runners.supervisor import RunnerSupervisor
 from relight.store import DEFAULT_LEASE_SECONDS, Store
-from relight.training.async_loop import AsyncOptions, AsyncTraining
+from relight.training.async_loop import AsyncTraining
 from relight.training.dev_report import DevResult, dev_result, dev_table
 from relight.training.loop import LoopHooks, TrainingLoop
+from relight.training.options import GatewayOptions, TrainerOptions
 from relight.training.progress import RunProgress
 from relight.training.role_check import RoleCheck
 from relight.training.run_folder import RunFolder, default_run_dir
-from relight.training.sync_loop import SyncOptions, SyncTraining
+from relight.training.sync_loop import SyncTraining
 from relight.transitions.builder import TransitionBuilder, episode_return, last_attempt_spans
 
-__all__ = ["DevResult", "GatewayOptions", "Trainer"]
-
-
-class GatewayOptions(TypedDict, total=False):
-    """How the trainer's gateway is set up (see :class:`relight.gateway.Gateway`)."""
-
-    host: str
-    port: int
-    retokenizer: Retokenizer
-    max_body_bytes: int
+__all__ = ["DevResult", "GatewayOptions", "Trainer", "TrainerOptions"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,34 +137,34 @@ class Trainer:
         progress_every: float = 30.0,
         dynamic_sampling: int = 0,
     ) -> None:
-        for name, value in (("n_runners", n_runners), ("batch_size", batch_size), ("n_samples", n_samples)):
-            if value < 1:
-                raise ConfigError(f"{name} must be at least 1, got {value}")
         self.algorithm = algorithm
-        self.store = store
-        self.n_runners = n_runners
-        self.runner_process = runner_process
-        self.runners = runners
-        self.concurrency = concurrency
-        self.batch_size = batch_size
-        self.n_samples = n_samples
-        self.epochs = epochs
-        self.val_every = val_every
-        self.transitions = transitions or TransitionBuilder()
-        self.max_attempts = max_attempts
-        self.timeout = timeout
-        self.lease_seconds = lease_seconds
-        self.heartbeat_seconds = heartbeat_seconds
-        self.max_runner_restarts = max_runner_restarts
-        self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
-        self.max_staleness = max_staleness
-        self.group_timeout = group_timeout
-        self.resample_stale = resample_stale
-        self.gateway_options: GatewayOptions = gateway or {}
+        self.options = TrainerOptions(
+            store=store,
+            n_runners=n_runners,
+            runner_process=runner_process,
+            runners=runners,
+            concurrency=concurrency,
+            batch_size=batch_size,
+            n_samples=n_samples,
+            epochs=epochs,
+            val_every=val_every,
+            transitions=transitions or TransitionBuilder(),
+            max_attempts=max_attempts,
+            timeout=timeout,
+            lease_seconds=lease_seconds,
+            heartbeat_seconds=heartbeat_seconds,
+            max_runner_restarts=max_runner_restarts,
+            checkpoint_dir=Path(checkpoint_dir) if checkpoint_dir is not None else None,
+            max_staleness=max_staleness,
+            group_timeout=group_timeout,
+            resample_stale=resample_stale,
+            gateway=gateway or GatewayOptions(),
+            run_dir=Path(run_dir) if run_dir is not None else None,
+            progress_every=progress_every,
+            dynamic_sampling=dynamic_sampling,
+        )
         self.console = console or Console()
-        self.run_dir = Path(run_dir) if run_dir is not None else None
         self.progress = RunProgress(self.console, every=progress_every)
-        self.dynamic_sampling = dynamic_sampling
         self._role_check: RoleCheck | None = None
 
     # -- fit --------------------------------------------------------------------------------------
@@ -206,10 +198,10 @@ class Trainer:
         if not train_dataset:
             raise ConfigError("train_dataset is empty; fit() needs at least one task")
         history: list[dict[str, float]] = []
-        run = RunFolder(self.run_dir or default_run_dir())
-        store_url = self.store if self.store is not None else run.store_url
-        checkpoints = self.checkpoint_dir or run.checkpoints
-        self._role_check = RoleCheck(self.transitions.roles)
+        run = RunFolder(self.options.run_dir or default_run_dir())
+        store_url = self.options.store if self.options.store is not None else run.store_url
+        checkpoints = self.options.checkpoint_dir or run.checkpoints
+        self._role_check = RoleCheck(self.options.transitions.roles)
         self.progress.note(f"relight: run folder {run.path}  (store {_named(store_url)})")
         ended = "failed"
         try:
@@ -220,7 +212,7 @@ class Trainer:
                 self._dashboard(loop.store, upstreams, dashboard),
             ):
                 resources = await self._publish(loop, algorithm)
-                if val_dataset and self.val_every is not None:
+                if val_dataset and self.options.val_every is not None:
                     history.append(await self._validate(loop, val_dataset, resources, step=0))
                     run.record("val", history[-1])
 
@@ -228,10 +220,10 @@ class Trainer:
                     """After an update: checkpoint, the metrics file, validation on schedule."""
                     step = int(metrics["step"])
                     await asyncio.to_thread(algorithm.save, checkpoints / f"step-{step}")
-                    if self.checkpoint_dir is None:
+                    if self.options.checkpoint_dir is None:
                         run.prune_checkpoints()
                     run.record("train", metrics)
-                    if val_dataset and self.val_every and step % self.val_every == 0:
+                    if val_dataset and self.options.val_every and step % self.options.val_every == 0:
                         validation = await self._validate(loop, val_dataset, resources, step)
                         run.record("val", validation)
                         metrics |= validation
@@ -246,7 +238,7 @@ class Trainer:
                 training = self._training(loop, algorithm, hooks)
                 step, resources, steps = await training.run(train_dataset, resources)
                 history += steps
-                if val_dataset and not (self.val_every and step % self.val_every == 0):
+                if val_dataset and not (self.options.val_every and step % self.options.val_every == 0):
                     history.append(await self._validate(loop, val_dataset, resources, step))
                     run.record("val", history[-1])
                     self.progress.step(history[-1])
@@ -258,36 +250,17 @@ class Trainer:
 
     def _training(self, loop: _Loop, algorithm: Algorithm, hooks: LoopHooks) -> TrainingLoop:
         """The synchronous loop, or the asynchronous one when ``max_staleness`` is set."""
-        if self.max_staleness is not None:
-            options = AsyncOptions(
-                max_staleness=self.max_staleness,
-                batch_size=self.batch_size,
-                n_samples=self.n_samples,
-                epochs=self.epochs,
-                max_attempts=self.max_attempts,
-                group_timeout=self.group_timeout,
-                resample_stale=self.resample_stale,
-            )
-            return AsyncTraining(
-                loop.store, loop.gateway, algorithm, self.transitions, options, hooks, console=self.console
-            )
+        if self.options.max_staleness is not None:
+            return AsyncTraining(loop.store, loop.gateway, algorithm, self.options, hooks, console=self.console)
 
         async def run_batch(requests: Sequence[RolloutRequest], label: str) -> list[Rollout]:
             return await self._run_batch(loop, requests, label, check_roles=True)
 
-        sync = SyncOptions(
-            batch_size=self.batch_size,
-            n_samples=self.n_samples,
-            epochs=self.epochs,
-            max_attempts=self.max_attempts,
-            dynamic_sampling=self.dynamic_sampling,
-        )
         return SyncTraining(
             loop.store,
             loop.gateway,
             algorithm,
-            self.transitions,
-            sync,
+            self.options,
             hooks,
             run_batch=run_batch,
             warn=self.progress.warn,
@@ -298,7 +271,7 @@ class Trainer:
     ) -> dict[str, float]:
         requests = [
             RolloutRequest(
-                input=task, mode=Mode.VAL, max_attempts=self.max_attempts, resources_version=resources.version
+                input=task, mode=Mode.VAL, max_attempts=self.options.max_attempts, resources_version=resources.version
             )
             for task in dataset
         ]
@@ -371,8 +344,10 @@ class Trainer:
         model = model or (self.algorithm.model if self.algorithm is not None else None)
         if not model:
             raise ConfigError("dev() needs model=<the model name to call>")
-        async with self._loop(agent, upstreams, model, self.store or "memory://") as loop:
-            requests = [RolloutRequest(input=task, mode=Mode.VAL, max_attempts=self.max_attempts) for task in dataset]
+        async with self._loop(agent, upstreams, model, self.options.store or "memory://") as loop:
+            requests = [
+                RolloutRequest(input=task, mode=Mode.VAL, max_attempts=self.options.max_attempts) for task in dataset
+            ]
             rollouts = await self._run_batch(loop, requests, "dev")
             await loop.gateway.flush()
             results = [await dev_result(loop.store, rollout) for rollout in rollouts]
@@ -392,24 +367,24 @@ class Trainer:
                 store,
                 upstreams,
                 policy_version=self.algorithm.policy_version if self.algorithm is not None else None,
-                **self.gateway_options,
+                **self.options.gateway,
             ) as gateway:
                 options: dict[str, Any] = {
                     "gateway_url": gateway.url,
                     "model": model,
-                    "concurrency": self.concurrency,
-                    "timeout": self.timeout,
-                    "lease_seconds": self.lease_seconds,
-                    "heartbeat_seconds": self.heartbeat_seconds,
+                    "concurrency": self.options.concurrency,
+                    "timeout": self.options.timeout,
+                    "lease_seconds": self.options.lease_seconds,
+                    "heartbeat_seconds": self.options.heartbeat_seconds,
                 }
-                if self.runners is not None:
+                if self.options.runners is not None:
                     async with self._shared(store, store_url) as shared_url:
-                        await asyncio.to_thread(self.runners.start, agent, shared_url, **options)
+                        await asyncio.to_thread(self.options.runners.start, agent, shared_url, **options)
                         try:
                             yield _Loop(store, gateway)
                         finally:
-                            await asyncio.to_thread(self.runners.stop)
-                elif self.n_runners == 1 and not self.runner_process:
+                            await asyncio.to_thread(self.options.runners.stop)
+                elif self.options.n_runners == 1 and not self.options.runner_process:
                     runner = Runner(agent, store, gateway=gateway, **options)
                     running = asyncio.create_task(runner.run())
                     try:
@@ -419,9 +394,9 @@ class Trainer:
                         await running
                 else:
                     async with self._shared(store, store_url) as shared_url:
-                        processes = RunnerProcesses(self.n_runners, agent, shared_url, **options)
+                        processes = RunnerProcesses(self.options.n_runners, agent, shared_url, **options)
                         processes.start()
-                        supervisor = RunnerSupervisor(processes, store, max_restarts=self.max_runner_restarts)
+                        supervisor = RunnerSupervisor(processes, store, max_restarts=self.options.max_runner_restarts)
                         supervisor.start()
                         try:
                             yield _Loop(store, gateway, supervisor)
@@ -439,7 +414,7 @@ class Trainer:
             return nullcontext()
         from relight.dashboard.server import beside_run  # the web app loads only when asked for
 
-        return beside_run(store, self.transitions, upstreams, self.console)
+        return beside_run(store, self.options.transitions, upstreams, self.console)
 
     @asynccontextmanager
     async def _shared(self, store: Store, url: Store | str) -> AsyncGenerator[str]:
