@@ -8,7 +8,8 @@ import pytest
 from relight.errors import ConfigError, NotFoundError
 from relight.hookspecs import hookimpl
 from relight.plugins import plugin_manager, reset_plugins
-from relight.transitions.credit import Call, CreditAssigner, Episode, Event, credit_assigner
+from relight.transitions.builder import credit_assigner
+from relight.transitions.credit import Call, CreditAssigner, Episode, Event
 
 # Three calls; a reward of 0.5 after the first and of 1.0 after the last: the return R is 1.5.
 CALLS = [Call("a", 0, 10), Call("b", 20, 30), Call("a", 40, 50)]

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 import relight
-from relight.plugins import registry, reset_plugins
 from relight_verl import VerlAlgorithm, VerlConfig
 
 
@@ -24,13 +23,8 @@ def test_importing_and_configuring_loads_neither_verl_nor_torch_nor_ray() -> Non
     assert result.stdout.strip() == "[]"
 
 
-def test_it_is_a_relight_algorithm_found_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("RELIGHT_PLUGINS", "verl")  # this package's entry point, whatever else is installed
-    reset_plugins()
-    try:
-        algorithm = registry("algorithms").get("verl")(model="m", served_model_name="coder")
-    finally:
-        reset_plugins()
+def test_it_is_a_relight_algorithm() -> None:
+    algorithm = VerlAlgorithm(model="m", served_model_name="coder")
     assert isinstance(algorithm, VerlAlgorithm)
     assert isinstance(algorithm, relight.Algorithm)
     assert algorithm.model == "coder"

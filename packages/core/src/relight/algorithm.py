@@ -40,8 +40,7 @@ UpstreamTarget = Engine | str
 class Algorithm(Protocol):
     """A trainable policy and the rule that improves it from transitions.
 
-    ``relight-torch`` and ``relight-verl`` implement it; plugins register factories for it under
-    ``relight_register_algorithms``.
+    ``relight-torch`` and ``relight-verl`` implement it; any object with these members is one.
     """
 
     @property

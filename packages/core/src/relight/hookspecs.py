@@ -42,15 +42,11 @@ def relight_register_adapters(register: Callable[[str, Callable[[], Any]], None]
 
 
 @hookspec
-def relight_register_credit_assigners(register: Callable[[str, Callable[..., Any]], None]) -> None:
-    """Register credit-assignment strategies by name (``"identical"``, ``"discounted"``)."""
+def relight_register_credit_assigners(
+    register: Callable[[str, Callable[..., Any]], None], lookup: Callable[..., Any]
+) -> None:
+    """Register credit-assignment strategies by name (``"identical"``, ``"discounted"``).
 
-
-@hookspec
-def relight_register_algorithms(register: Callable[[str, Callable[..., Any]], None]) -> None:
-    """Register training algorithms by name (``"grpo"``); the factory returns a ``relight.Algorithm``."""
-
-
-@hookspec
-def relight_register_engines(register: Callable[[str, Callable[..., Any]], None]) -> None:
-    """Register inference engines by name; the factory returns a gateway upstream."""
+    ``lookup(name, **options)`` makes another registered assigner, for a strategy that builds on one
+    (``air`` adds tool rewards to a base strategy's credit); a plugin that needs none leaves it out.
+    """

@@ -18,7 +18,7 @@ from typing import Any
 import pluggy
 
 from relight import hookspecs
-from relight.errors import NotFoundError, PluginError
+from relight.errors import ConfigError, NotFoundError, PluginError
 from relight.store import Store
 
 __all__ = [
@@ -59,6 +59,14 @@ class Registry:
             known = ", ".join(sorted(self._factories)) or "none"
             raise NotFoundError(f"no {self.kind} named {name!r} is registered (known: {known})") from None
 
+    def make(self, name: str, **options: Any) -> Any:
+        """What the factory registered as ``name`` makes with ``options``; ConfigError if it takes other options."""
+        factory = self.get(name)
+        try:
+            return factory(**options)
+        except TypeError as error:
+            raise ConfigError(f"{self.kind} {name!r} does not take the options {sorted(options)}: {error}") from error
+
     def names(self) -> list[str]:
         return sorted(self._factories)
 
@@ -93,14 +101,16 @@ def _load_entry_points(manager: pluggy.PluginManager) -> None:
 
 
 def registry(kind: str) -> Registry:
-    """The registry of ``kind``: ``stores``, ``adapters``, ``credit_assigners``, ``algorithms`` or ``engines``."""
+    """The registry of ``kind``: ``stores``, ``adapters`` or ``credit_assigners``."""
     with _lock:
         if kind not in _registries:
             hook = getattr(plugin_manager().hook, f"relight_register_{kind}", None)
             if hook is None:
                 raise NotFoundError(f"there is no plugin hook for {kind!r}")
             found = Registry(kind.rstrip("s").replace("_", " "))
-            hook(register=found.register)
+            # A hook that declares ``lookup`` may build its things on others of the same registry.
+            lookup = {"lookup": found.make} if "lookup" in hook.spec.argnames else {}
+            hook(register=found.register, **lookup)
             _registries[kind] = found
         return _registries[kind]
 

@@ -11,7 +11,7 @@ or :class:`SFT` over relight's transitions; each implements :class:`relight.Algo
 
 ``python -m relight_torch.demo`` trains a tool-using calculator agent from scratch in minutes.
 
-Names are imported on first use, so that loading the plugin (:mod:`relight_torch.plugin`) does
+Names are imported on first use, so that importing it does
 not import torch.
 """
 

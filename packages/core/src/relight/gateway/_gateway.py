@@ -19,11 +19,13 @@ from starlette.requests import Request
 
 from relight._internal.server import AsgiServer
 from relight.algorithm import UpstreamTarget
+from relight.gateway.app import create_app
 from relight.gateway.errors import GatewayError, UpstreamError
 from relight.gateway.record import Exchange, TraceParent, random_hex
 from relight.gateway.retokenize import HuggingFaceRetokenizer, Retokenizer
 from relight.gateway.sessions import SessionChecker, api_key_for, attempt_of_request
 from relight.gateway.upstreams import Endpoint, Upstream, UpstreamPool, as_upstream, bursts_of
+from relight.gateway.urls import attempt_base_url
 from relight.gateway.validate import check_messages, check_sampling
 from relight.store import Store
 from relight.tracing.batcher import SpanBatcher, SpansLostError
@@ -84,8 +86,6 @@ class Gateway(AsgiServer):
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
-        from relight.gateway.app import create_app
-
         self.store = store
         self.pool = UpstreamPool([as_upstream(target) for target in upstreams])
         self.retokenizer = retokenizer
@@ -148,7 +148,7 @@ class Gateway(AsgiServer):
 
     def base_url_for(self, rollout_id: str, attempt_id: str) -> str:
         """The OpenAI base URL that scopes an agent's calls to one attempt."""
-        return f"{self.url}/rollouts/{rollout_id}/attempts/{attempt_id}/v1"
+        return attempt_base_url(self.url, rollout_id, attempt_id)
 
     @staticmethod
     def api_key_for(rollout_id: str, attempt_id: str) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -29,22 +29,52 @@ from relight.gateway.errors import GatewayError, UpstreamError, error_body
 from relight.gateway.hot import ErrorHandler, HotRoutes
 from relight.gateway.record import TraceParent, random_hex
 from relight.gateway.sessions import attempt_of_request
-from relight.gateway.upstreams import Endpoint
-
-if TYPE_CHECKING:
-    from relight.gateway._gateway import Gateway
+from relight.gateway.upstreams import Endpoint, UpstreamPool
+from relight.gateway.urls import ATTEMPT_SCOPE, END_ATTEMPT
+from relight.tracing.context import AttemptRef
 
 __all__ = ["SCOPES", "create_app", "gateway_of", "json_response", "read_json", "sse_response"]
 
 Json = dict[str, Any]
 
-SCOPES = ("/rollouts/{rollout_id}/attempts/{attempt_id}", "")
+SCOPES = (ATTEMPT_SCOPE, "")
 """Route prefixes: by path, and at the root with the attempt named by the API key."""
 
 
-def create_app(gateway: Gateway) -> HotRoutes:
+class GatewayService(Protocol):
+    """What the HTTP face needs of :class:`relight.gateway.Gateway`, which serves it."""
+
+    max_body_bytes: int
+    pool: UpstreamPool
+
+    async def session(self, request: Request) -> AttemptRef: ...
+
+    async def complete(
+        self,
+        session: AttemptRef,
+        endpoint: Endpoint,
+        body: Json,
+        *,
+        response_id: str | None = None,
+        trace_parent: TraceParent | None = None,
+    ) -> Json: ...
+
+    def stream(
+        self,
+        session: AttemptRef,
+        endpoint: Endpoint,
+        body: Json,
+        *,
+        response_id: str | None = None,
+        trace_parent: TraceParent | None = None,
+    ) -> AsyncIterator[Iterator[Json]]: ...
+
+    async def end_attempt(self, session: AttemptRef) -> None: ...
+
+
+def create_app(gateway: GatewayService) -> HotRoutes:
     endpoints = (
-        ("/relight/end", _end_attempt, "POST"),
+        (END_ATTEMPT, _end_attempt, "POST"),
         ("/v1/chat/completions", _chat, "POST"),
         ("/v1/completions", _completions, "POST"),
         ("/v1/models", _models, "GET"),
@@ -62,8 +92,8 @@ def create_app(gateway: Gateway) -> HotRoutes:
     return HotRoutes(app, {"/v1/chat/completions": _chat, "/v1/completions": _completions}, handlers, _internal_error)
 
 
-def gateway_of(request: Request) -> Gateway:
-    return cast("Gateway", request.app.state.gateway)
+def gateway_of(request: Request) -> GatewayService:
+    return cast(GatewayService, request.app.state.gateway)
 
 
 async def read_json(request: Request) -> Json:

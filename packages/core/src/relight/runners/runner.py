@@ -37,6 +37,7 @@ from relight.agent import LLM, Agent
 from relight.errors import ConfigError, LeaseLostError, StoreError
 from relight.gateway import Gateway, GatewayError
 from relight.gateway.sessions import api_key_for
+from relight.gateway.urls import attempt_base_url, end_attempt_path
 from relight.records import Attempt, AttemptStatus, Mode, Rollout, new_id
 from relight.runners._threads import AgentThreads
 from relight.store import DEFAULT_LEASE_SECONDS, Store
@@ -72,9 +73,8 @@ class RunnerStats:
 
 def llm_for(gateway_url: str, rollout: Rollout, attempt: Attempt, model: str) -> LLM:
     """The handle that points an agent at the gateway for one attempt."""
-    base = gateway_url.rstrip("/")
     return LLM(
-        base_url=f"{base}/rollouts/{rollout.rollout_id}/attempts/{attempt.attempt_id}/v1",
+        base_url=attempt_base_url(gateway_url, rollout.rollout_id, attempt.attempt_id),
         api_key=api_key_for(rollout.rollout_id, attempt.attempt_id),
         model=model,
     )
@@ -346,7 +346,7 @@ class Runner:
         """End the attempt by ``POST …/relight/end`` (retried while the gateway cannot be reached)."""
         assert self._http is not None
         http = self._http
-        path = f"/rollouts/{rollout.rollout_id}/attempts/{attempt.attempt_id}/relight/end"
+        path = end_attempt_path(rollout.rollout_id, attempt.attempt_id)
 
         async def end() -> tuple[int, bytes]:
             response = await http.request("POST", path)

@@ -24,15 +24,17 @@ from pydantic import JsonValue
 
 from relight import semconv
 from relight.errors import ConfigError
+from relight.plugins import registry
 from relight.records import Attempt, AttemptStatus, Mode, Rollout, RolloutStatus, Span, SpanKind, Transition
 from relight.store import Store
-from relight.transitions.credit import Call, CreditAssigner, Episode, Event, credit_assigner
+from relight.transitions.credit import Call, CreditAssigner, Episode, Event
 from relight.transitions.drops import DropReason, dropped_reason
 from relight.transitions.verdicts import CallVerdict, Note, Reason, RolloutVerdict
 
 __all__ = [
     "RoleFilter",
     "TransitionBuilder",
+    "credit_assigner",
     "episode_return",
     "last_attempt_spans",
     "read_jsonl",
@@ -58,6 +60,12 @@ Calls without a role (no adapter recorded a role span) are kept only by None."""
 class _Joined:
     span: Span
     role: str | None
+
+
+def credit_assigner(name: str, **options: float | str) -> CreditAssigner:
+    """The credit assigner registered as ``name`` (see :mod:`relight.transitions.credit`), made with ``options``."""
+    assigner: CreditAssigner = registry("credit_assigners").make(name, **options)
+    return assigner
 
 
 class TransitionBuilder:

@@ -4,8 +4,10 @@ A credit assigner is a function from an :class:`Episode` (its calls in order, th
 results recorded during it) to one reward per call. Assigners are made by factories registered
 by name through the ``relight_register_credit_assigners`` hook, the built-ins below included::
 
-    assign = credit_assigner("discounted", gamma=0.9)
+    assign = relight.plugins.registry("credit_assigners").make("discounted", gamma=0.9)
     rewards = assign(episode)
+
+(:class:`relight.TransitionBuilder` does this with its ``credit`` and ``credit_options``.)
 
 Built-ins (``R`` is the episode's return: the sum of its rewards):
 
@@ -32,7 +34,6 @@ __all__ = [
     "Episode",
     "Event",
     "air_credit",
-    "credit_assigner",
     "discounted_credit",
     "identical_credit",
     "per_step_credit",
@@ -116,11 +117,9 @@ def per_step_credit(gamma: float | None = None) -> CreditAssigner:
     return assign
 
 
-def air_credit(
-    base: str = "identical", success: float = 0.1, failure: float = -0.1, **options: float
-) -> CreditAssigner:
-    """``base``'s credit (made with ``options``) plus ``success``/``failure`` for each tool run a call led to."""
-    assign_base = credit_assigner(base, **options)
+def air_credit(base: CreditAssigner | None = None, success: float = 0.1, failure: float = -0.1) -> CreditAssigner:
+    """``base``'s credit (``identical`` by default) plus ``success``/``failure`` for each tool run a call led to."""
+    assign_base = base or identical_credit()
 
     def assign(episode: Episode) -> list[float]:
         outcomes = [Event(tool.time, success if tool.value else failure, tool.name) for tool in episode.tools]
@@ -148,21 +147,15 @@ def _check_gamma(gamma: float) -> None:
         raise ConfigError(f"gamma must be between 0 and 1, got {gamma!r}")
 
 
-def credit_assigner(name: str, **options: float | str) -> CreditAssigner:
-    """The assigner registered as ``name``, made with ``options`` (``gamma=0.9``)."""
-    from relight.plugins import registry
-
-    factory = registry("credit_assigners").get(name)
-    try:
-        assigner: CreditAssigner = factory(**options)
-    except TypeError as error:
-        raise ConfigError(f"credit assigner {name!r} does not take the options {sorted(options)}: {error}") from error
-    return assigner
-
-
 @hookimpl
-def relight_register_credit_assigners(register: Callable[[str, Callable[..., CreditAssigner]], None]) -> None:
+def relight_register_credit_assigners(
+    register: Callable[[str, Callable[..., CreditAssigner]], None], lookup: Callable[..., CreditAssigner]
+) -> None:
+    def air(base: str = "identical", success: float = 0.1, failure: float = -0.1, **options: float) -> CreditAssigner:
+        """``air`` by name: its base named too, made with the remaining ``options``."""
+        return air_credit(lookup(base, **options), success, failure)
+
     register("identical", identical_credit)
     register("discounted", discounted_credit)
     register("per_step", per_step_credit)
-    register("air", air_credit)
+    register("air", air)

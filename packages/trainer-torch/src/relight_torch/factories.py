@@ -1,17 +1,14 @@
-"""relight-torch's plugin: its engine and algorithms, registered through the ``relight`` entry point.
+"""Build an engine or an algorithm from a model name: what ``python -m relight_torch.server`` and scripts use.
 
-Factories import torch and transformers only when called, so loading plugins stays cheap. Each
-takes ``model``: ``"tiny"`` (the built-in tiny model), a local Hugging Face directory, or a
+Factories import torch and transformers only when called, so importing this module stays cheap.
+Each takes ``model``: ``"tiny"`` (the built-in tiny model), a local Hugging Face directory, or a
 :class:`~relight_torch.engine.TorchEngine`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-import relight
 
 if TYPE_CHECKING:
     from relight_torch.engine import TorchEngine
@@ -47,15 +44,3 @@ def sft(model: str | Path | TorchEngine = "tiny", **options: Any) -> SFT:
     from relight_torch.sft import SFT
 
     return SFT(engine(model), **options)
-
-
-@relight.hookimpl
-def relight_register_engines(register: Callable[[str, Callable[..., Any]], None]) -> None:
-    register("torch", engine)
-
-
-@relight.hookimpl
-def relight_register_algorithms(register: Callable[[str, Callable[..., Any]], None]) -> None:
-    register("grpo", grpo)
-    register("reinforce++", reinforce_pp)
-    register("sft", sft)
