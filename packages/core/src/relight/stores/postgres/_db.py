@@ -22,7 +22,8 @@ from relight._internal.retry import RetryPolicy, retry_async
 from relight.errors import StoreError
 from relight.stores import _rules
 from relight.stores._changes import Changes
-from relight.stores.postgres._rows import Conn, Tx
+from relight.stores.postgres._conn import Conn
+from relight.stores.postgres._rows import Tx
 from relight.stores.postgres._schema import CHANNEL, migrate
 
 __all__ = ["Database"]

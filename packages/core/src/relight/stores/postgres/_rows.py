@@ -10,14 +10,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, LiteralString
 
-from psycopg import AsyncConnection
 from psycopg.rows import TupleRow
 
 from relight.records import Attempt, AttemptStatus, Rollout, RolloutStatus, Span
 from relight.stores import _rules
 from relight.stores.postgres import _summaries
-
-Conn = AsyncConnection[TupleRow]
+from relight.stores.postgres._conn import Conn
 
 
 @dataclass(slots=True)

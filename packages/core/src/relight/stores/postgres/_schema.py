@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Final
 
 from relight.errors import StoreError
-from relight.stores.postgres._rows import Conn
+from relight.stores.postgres._conn import Conn
 from relight.stores.postgres._summaries import MIGRATION as SUMMARIES
 
 __all__ = ["CHANNEL", "MIGRATIONS", "SCHEMA_VERSION", "migrate"]

@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from relight.records import Rollout, Span
 from relight.stores._summary_sql import Dialect, Rows, Statement, page_plan, run_plan_async
+from relight.stores.postgres._conn import Conn
 from relight.summaries import SpanFacts, SummaryFilter, SummaryPage, step_of
-
-if TYPE_CHECKING:  # _pg_rows saves summaries with these helpers
-    from relight.stores.postgres._rows import Conn
 
 __all__ = ["MIGRATION", "add_spans", "insert", "new_attempt", "page", "save"]
 

@@ -47,8 +47,9 @@ from relight.stores import _rules
 from relight.stores._changes import Changes, deadline_after
 from relight.stores._json import span_json
 from relight.stores.postgres import _rows, _summaries
+from relight.stores.postgres._conn import Conn
 from relight.stores.postgres._db import Database
-from relight.stores.postgres._rows import Conn, Tx
+from relight.stores.postgres._rows import Tx
 from relight.summaries import SummaryFilter, SummaryPage
 
 __all__ = ["PostgresStore"]
