@@ -146,6 +146,7 @@ def create_app(
             _changes(catalog, stopping), media_type="text/event-stream", headers={"cache-control": "no-cache"}
         )
 
+    # Plain Starlette: a handful of read-only JSON routes and a page need no request models.
     app = Starlette(
         routes=[
             Route("/", index),

@@ -133,6 +133,7 @@ class ScriptedUpstream(AsgiServer):
         """Every request body received, in order (also those that failed)."""
         self._lock = threading.Lock()
         self._ids = itertools.count()
+        # Plain Starlette, as the gateway: it stands in for a vLLM server, so it adds nothing a test would time.
         app = Starlette(
             routes=[
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
