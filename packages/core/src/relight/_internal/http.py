@@ -2,13 +2,9 @@
 
 The gateway's calls to its upstreams, the HTTP store client's calls and a runner's request that ends
 an attempt at the gateway all go through here; every LLM call the gateway forwards does, so its cost
-is added to every call an agent makes. aiohttp's client spent 450-480 µs of CPU per request on this
-path (request and URL objects, header multidicts, tracing signals, its own timers), most of it for
-features a call to a model server never uses; this client does only what that call needs, in
-170-190 µs (a streamed reply: 650 against 430 µs). httpx, which the store client used, spent ~600 µs
-of its loop thread's CPU on a small POST, this client ~50 µs (same measure, same server). The
-parsing is httptools' (llhttp, which uvicorn's server side already uses): chunked bodies, keep-alive
-and framing are its, not ours.
+is added to every call an agent makes, and it does only what a call to a model server needs (the
+figures against aiohttp and httpx are in the docs' design rationale). The parsing is httptools'
+(llhttp, which uvicorn's server side already uses): chunked bodies, keep-alive and framing are its.
 
 What it does: one origin (``http``/``https``), a pool of keep-alive connections given up after
 ``keep_alive`` seconds idle (before the server would close them), requests with a body, responses

@@ -1,8 +1,7 @@
 """The event loop relight runs its own work on: uvloop where it is installed, asyncio's otherwise.
 
 The gateway's CPU per LLM call is mostly event-loop work (socket reads and writes, callbacks,
-timers), and uvloop does that work in C: 15-20% less gateway CPU per call on the benchmark
-(``benchmarks/gateway_overhead.py``). It is optional: where it is not installed (Windows, PyPy) or
+timers), and uvloop does that work in C. It is optional: where it is not installed (Windows, PyPy) or
 ``RELIGHT_UVLOOP=0`` is set, asyncio's own loop runs everything exactly as before.
 """
 

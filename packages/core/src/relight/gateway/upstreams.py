@@ -64,9 +64,8 @@ closes it, so a call never goes out on a connection the upstream has just closed
 class OpenAIUpstream:
     """An OpenAI-compatible server at ``base_url`` (``http://host:8000/v1``).
 
-    It talks HTTP through :class:`relight._internal.http.HttpClient`, a keep-alive client on httptools
-    that costs well under half of aiohttp's CPU per call (and aiohttp a third of httpx's): on the hot
-    path of every LLM call, that was the largest part of what the gateway adds.
+    It talks HTTP through :class:`relight._internal.http.HttpClient`, a keep-alive client on httptools,
+    because what the client costs is added to every LLM call.
 
     Args:
         vllm: ask for vLLM's ``return_token_ids``, logprobs and streamed usage. ``None`` (the

@@ -46,9 +46,8 @@ from relight.tracing.batcher import SpanBatcher
 from relight.tracing.context import AttemptRef, attempt_scope
 
 _CLAIMS_AT_ONCE = 4
-"""Claims a runner has under way at once (never more than its free slots). A claim is a round trip to the
-store, ~15 ms where the store's process is busy (its loop, then its writer thread); one at a time, slots
-refilled no faster than that: ~7 of 32 attempts ran at once in the loop benchmark, 23 with four."""
+"""Claims a runner has under way at once (never more than its free slots): a claim is a round trip to a
+store that may be busy, and one at a time would refill free slots no faster than that."""
 
 __all__ = ["Runner", "RunnerStats", "is_worker_of", "llm_for"]
 
