@@ -2,7 +2,7 @@
 
 An algorithm owns the policy. It tells the gateway where the policy is served (an in-process
 :class:`relight.engine.Engine`, or the base URLs of OpenAI-compatible servers such as vLLM, one per
-replica), turns a batch of :class:`relight.records.Transition` into new weights, and saves or
+replica), turns a batch of :class:`relight.Transition` into new weights, and saves or
 restores itself. ``Trainer.fit`` does the rest::
 
     publish resources (model, policy version, algorithm.resources())

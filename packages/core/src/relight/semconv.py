@@ -35,7 +35,7 @@ ERROR_TYPE: Final = "error.type"
 
 # -- relight ------------------------------------------------------------------------------------
 SPAN_KIND: Final = "relight.span.kind"
-"""One of :class:`relight.records.SpanKind`'s values."""
+"""One of :class:`relight.SpanKind`'s values."""
 ROLLOUT_ID: Final = "relight.rollout_id"
 ATTEMPT_ID: Final = "relight.attempt_id"
 PROMPT_TOKEN_IDS: Final = "relight.prompt_token_ids"

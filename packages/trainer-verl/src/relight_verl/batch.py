@@ -17,7 +17,7 @@ sample, so verl's workers, estimators and metrics take it unchanged:
 Nothing is dropped silently: empty responses and sequences longer than the configured limits are
 left out and counted, and the batch is padded to a multiple of the mini-batch with rows that carry
 no loss, also counted. (Whether failed rollouts yield transitions, and with what reward, is the
-core's :class:`relight.transitions.builder.TransitionBuilder`'s call; the trainer counts them.)
+core's :class:`relight.TransitionBuilder`'s call; the trainer counts them.)
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What ``show`` and ``export`` print about training: each call's verdict, and the reasons calls were left out.
 
-The verdicts come from :meth:`relight.transitions.builder.TransitionBuilder.explain`, the code that builds
+The verdicts come from :meth:`relight.TransitionBuilder.explain`, the code that builds
 the transitions, so these lines say what the dashboard says.
 """
 

@@ -1,6 +1,6 @@
 """``relight runner``: run an agent's rollouts on any host, against a store server and a gateway.
 
-The runner is the same :class:`relight.runners.runner.Runner` a trainer runs in-process, so it fails and
+The runner is the same :class:`relight.Runner` a trainer runs in-process, so it fails and
 recovers the same way: a crashed agent fails its attempt, a runner that dies loses nothing (its
 leases expire and the store hands those rollouts to another runner). SIGTERM or Ctrl-C stops it
 gracefully: it claims nothing more and exits once its attempts have finished, or after

@@ -2,7 +2,7 @@
 
 Each call carries its messages, its response, its response tokens with their logprobs (each id
 decoded on its own, so the exact tokens show, or just the ids where no tokenizer is known), and
-the verdict of :meth:`relight.transitions.builder.TransitionBuilder.explain_spans`: the transition it became
+the verdict of :meth:`relight.TransitionBuilder.explain_spans`: the transition it became
 (role, group, credited reward, policy version) or why it became none, and, once an update trained
 on it, the advantage the algorithm gave it and the version that update made (:mod:`relight.trained`).
 """

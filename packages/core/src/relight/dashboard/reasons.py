@@ -1,6 +1,6 @@
 """Why a listed rollout's calls were not trained, from its summary alone, and the list's filter by reason.
 
-A list of 100,000 rollouts cannot judge each one's spans (:meth:`relight.transitions.builder.TransitionBuilder.explain`
+A list of 100,000 rollouts cannot judge each one's spans (:meth:`relight.TransitionBuilder.explain`
 reads them all), so the list reads reasons off the store's summaries (:mod:`relight.summaries`):
 the rollout's status, mode and drop mark decide reasons that hold for every call, exactly as
 ``explain`` does; within a trained rollout, failed calls are ``failed call``, calls of roles the

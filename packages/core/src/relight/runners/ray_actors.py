@@ -1,6 +1,6 @@
 """Runners as actors on a Ray cluster: ``Trainer(runners=RayRunners(8, address="auto"))``.
 
-Each actor runs one :class:`relight.runners.runner.Runner` against the store's and the gateway's URLs. The
+Each actor runs one :class:`relight.Runner` against the store's and the gateway's URLs. The
 agent travels by import path (``package.module:name``), so it must be installed on the nodes, as any
 code Ray runs must. Ray's own fault handling keeps the actors going: an actor that dies is restarted
 (``max_restarts``) and its ``run`` call re-sent (``max_task_retries``); the attempts it had under way
@@ -76,7 +76,7 @@ class RunnerActor:
 
 
 class RayRunners:
-    """``count`` runner actors on a Ray cluster, for :class:`relight.training.trainer.Trainer`'s ``runners``.
+    """``count`` runner actors on a Ray cluster, for :class:`relight.Trainer`'s ``runners``.
 
     Args:
         count: runner actors.

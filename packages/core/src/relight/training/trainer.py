@@ -5,7 +5,7 @@ OpenAI-compatible endpoint: it runs each task once and prints a table of rewards
 
 ``Trainer(algorithm=...).fit(agent, train, val)`` trains. Each step enqueues ``batch_size`` tasks
 ``n_samples`` times each (the samples of a task share a group, for GRPO), waits for them, turns them
-into transitions (:class:`relight.transitions.builder.TransitionBuilder`) and hands those to
+into transitions (:class:`relight.TransitionBuilder`) and hands those to
 ``algorithm.update`` while the gateway is paused, then publishes the new policy version: the loop of
 :mod:`relight.training.sync_loop`, or of :mod:`relight.training.async_loop` with ``max_staleness``. The trainer sets
 up the store, gateway and runners both loops work on, and lends them publishing, checkpoints and

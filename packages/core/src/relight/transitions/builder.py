@@ -1,6 +1,6 @@
 """From a finished attempt's spans to transitions: what every trainer (and the JSONL export) consumes.
 
-Each LLM span the gateway recorded becomes one :class:`relight.records.Transition`. Its role comes
+Each LLM span the gateway recorded becomes one :class:`relight.Transition`. Its role comes
 from the adapter's role span for the same call, found by response id, else by equal request
 messages, else by order (the role span around the call, then the next unmatched one). Credit is
 assigned over all the attempt's calls (see :mod:`relight.transitions.credit`) before a role filter keeps the

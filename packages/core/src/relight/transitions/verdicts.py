@@ -1,7 +1,7 @@
 """Why each LLM call did or did not become a training sample: the one place that says so.
 
 Users of agent RL ask why a batch ended up with no training rows and why a call they can see in a
-trace was never learned from. :meth:`relight.transitions.builder.TransitionBuilder.explain` answers with a
+trace was never learned from. :meth:`relight.TransitionBuilder.explain` answers with a
 :class:`RolloutVerdict`: for every LLM span of the rollout, the transition it became or the
 :class:`Reason` it did not, decided by the same code that builds the transitions a trainer gets.
 ``relight show``, ``relight export`` and ``relight dashboard`` all print these verdicts, so the
