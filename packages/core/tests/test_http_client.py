@@ -8,8 +8,8 @@ from contextlib import asynccontextmanager
 
 import pytest
 
+from relight._internal.http import HttpClient
 from relight.gateway import OpenAIUpstream, UpstreamError
-from relight.gateway._http import HttpClient
 from relight.scripted.server import ScriptedUpstream
 from relight_testing.faults import DroppingProxy
 
