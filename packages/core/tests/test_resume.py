@@ -32,9 +32,12 @@ class Crash(RuntimeError):
 
 
 class CrashingAlgorithm(RecordingAlgorithm):
-    """Raises in its ``crash_at``-th update, as a reward function or an OOM in the learner would."""
+    """Raises in its ``crash_at``-th update, as a reward function or an OOM in the learner would; None never does.
 
-    def __init__(self, upstream: ScriptedUpstream, crash_at: int) -> None:
+    A run is resumed with the algorithm it started with: the same class, here made not to crash.
+    """
+
+    def __init__(self, upstream: ScriptedUpstream, crash_at: int | None = None) -> None:
         super().__init__(upstream)
         self.crash_at = crash_at
 
@@ -77,7 +80,7 @@ async def test_a_stopped_run_resumes_after_its_last_checkpoint_reusing_the_rollo
     await crashed_run(tmp_path)
     output = io.StringIO()
     async with ScriptedUpstream() as upstream:
-        algorithm = RecordingAlgorithm(upstream)
+        algorithm = CrashingAlgorithm(upstream)
         history = await trainer(algorithm, tmp_path, output).afit(three_calls, TASKS)
     assert "resuming the run" in output.getvalue()
     assert "from step 2" in output.getvalue()
@@ -97,7 +100,7 @@ async def test_a_truncated_checkpoint_is_skipped_for_the_one_before_with_a_warni
     (tmp_path / "checkpoints" / "step-2" / "version").write_text("")  # cut short, as a full disk would
     output = io.StringIO()
     async with ScriptedUpstream() as upstream:
-        algorithm = RecordingAlgorithm(upstream)
+        algorithm = CrashingAlgorithm(upstream)
         history = await trainer(algorithm, tmp_path, output).afit(three_calls, TASKS)
     text = output.getvalue()
     assert "step-2 skipped: version is 0 bytes, the manifest says 1" in text
@@ -145,7 +148,7 @@ async def test_resuming_a_different_run_is_refused_naming_the_difference(
     agent = change.pop("agent", three_calls)
     async with ScriptedUpstream() as upstream:
         with pytest.raises(ConfigError) as refused:
-            await trainer(RecordingAlgorithm(upstream), tmp_path, io.StringIO(), **change).afit(agent, tasks)  # type: ignore[arg-type]
+            await trainer(CrashingAlgorithm(upstream), tmp_path, io.StringIO(), **change).afit(agent, tasks)  # type: ignore[arg-type]
     assert named in str(refused.value)
     assert "cannot resume the run" in str(refused.value)
 
@@ -157,7 +160,7 @@ async def test_resuming_another_algorithm_is_refused(tmp_path: Path) -> None:
         pass
 
     async with ScriptedUpstream() as upstream:
-        with pytest.raises(ConfigError, match=r"algorithm \('relight_testing.algorithms.RecordingAlgorithm' when"):
+        with pytest.raises(ConfigError, match=r"algorithm \('.*CrashingAlgorithm' when the run started, '.*Other' now\)"):
             await trainer(Other(upstream), tmp_path, io.StringIO()).afit(three_calls, TASKS)
 
 
@@ -173,7 +176,7 @@ async def test_a_finished_run_is_not_trained_again(tmp_path: Path) -> None:
 async def test_an_asynchronous_run_resumes_with_the_tasks_it_had_not_trained(tmp_path: Path) -> None:
     crashed = await crashed_run(tmp_path, max_staleness=1)
     async with ScriptedUpstream() as upstream:
-        algorithm = RecordingAlgorithm(upstream)
+        algorithm = CrashingAlgorithm(upstream)
         history = await trainer(algorithm, tmp_path, io.StringIO(), max_staleness=1).afit(three_calls, TASKS)
     before = Counter(t.group_id for batch in crashed.batches for t in batch)
     after = Counter(t.group_id for batch in algorithm.batches for t in batch)
