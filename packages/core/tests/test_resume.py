@@ -160,7 +160,8 @@ async def test_resuming_another_algorithm_is_refused(tmp_path: Path) -> None:
         pass
 
     async with ScriptedUpstream() as upstream:
-        with pytest.raises(ConfigError, match=r"algorithm \('.*CrashingAlgorithm' when the run started, '.*Other' now\)"):
+        named = r"algorithm \('.*CrashingAlgorithm' when the run started, '.*Other' now\)"
+        with pytest.raises(ConfigError, match=named):
             await trainer(Other(upstream), tmp_path, io.StringIO()).afit(three_calls, TASKS)
 
 
