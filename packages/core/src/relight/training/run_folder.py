@@ -28,7 +28,7 @@ import shutil
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Literal, cast
 
 from pydantic import JsonValue
 
@@ -120,15 +120,7 @@ class RunFolder:
         Rows of steps after ``step`` (done again now) are dropped from metrics.jsonl; the train row
         of ``step`` is put back from the checkpoint's ``metrics`` when the process died before writing it.
         """
-        kept: list[dict[str, float | str]] = []
-        if self.metrics_path.exists():
-            for line in self.metrics_path.read_text(encoding="utf-8").splitlines():
-                try:
-                    row = json.loads(line)
-                except ValueError:  # a line cut short by the crash
-                    continue
-                if isinstance(row, dict) and float(row.get("step", 0)) <= step:
-                    kept.append(row)
+        kept = [row for row in self.read_rows() if float(row.get("step", 0)) <= step]
         if metrics and not any(row["kind"] == "train" and row.get("step") == step for row in kept):
             kept.append({"kind": "train", "time": round(time.time(), 3), **metrics})
         partial = self.metrics_path.with_name(self.metrics_path.name + ".partial")
@@ -141,6 +133,19 @@ class RunFolder:
             if row["kind"] in ("train", "val"):
                 history.append({key: float(value) for key, value in row.items() if key not in ("kind", "time")})
         return history
+
+    def read_rows(self) -> list[dict[str, float | str]]:
+        """The rows of metrics.jsonl as written so far (a line a crash cut short is left out)."""
+        rows: list[dict[str, float | str]] = []
+        if self.metrics_path.exists():
+            for line in self.metrics_path.read_text(encoding="utf-8").splitlines():
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(row, dict) and "kind" in row:
+                    rows.append(cast(dict[str, float | str], row))
+        return rows
 
     def _plot(self) -> None:
         """Draw every row so far into reward_curve.png (warns once when matplotlib is missing)."""
@@ -161,7 +166,7 @@ class RunFolder:
             self._plot()
         train = [row for row in self.rows if row["kind"] == "train"]
         val = [row for row in self.rows if row["kind"] == "val"]
-        resumed = [row["step"] for row in self.rows if row["kind"] == "resume"]
+        resumed: list[JsonValue] = [row["step"] for row in self.rows if row["kind"] == "resume"]
         known: dict[str, JsonValue] = {
             "run_dir": str(self.path),
             "steps": len(train),

@@ -23,7 +23,6 @@ metrics file (see :mod:`relight.training.resume`).
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import statistics
 import time
@@ -31,7 +30,7 @@ from collections.abc import AsyncGenerator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from pydantic import JsonValue
 from rich.console import Console
@@ -503,16 +502,7 @@ class Trainer:
 
 def _last_step(run: RunFolder) -> int:
     """The last training step the run's metrics file shows (0 when none): how far the killed run had got."""
-    last = 0
-    if run.metrics_path.exists():
-        for line in run.metrics_path.read_text(encoding="utf-8").splitlines():
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(row, dict) and row.get("kind") == "train":
-                last = max(last, int(cast(dict[str, Any], row).get("step", 0)))
-    return last
+    return max((int(row.get("step", 0)) for row in run.read_rows() if row["kind"] == "train"), default=0)
 
 
 def _named(store: Store | str) -> str:
