@@ -42,7 +42,7 @@ def _rollout_id(llm: relight.LLM) -> str:
 
 @relight.rollout
 async def seeded_agent(task: dict[str, Any], llm: relight.LLM) -> float:
-    """One sampled call; reward 1.0 when the answer has an even number of characters."""
+    """One sampled call; a reward in [0, 1) drawn from the answer's text."""
     rollout = _rollout_id(llm)
     name = rollout.split("-", 1)[1]  # without the run id: the same in every run
     if os.environ.get("RESUME_HOLD_ROLLOUT") == name:
@@ -59,7 +59,7 @@ async def seeded_agent(task: dict[str, Any], llm: relight.LLM) -> float:
         reply = await client.post(f"{llm.base_url}/chat/completions", json=body, headers={"authorization": "Bearer x"})
         reply.raise_for_status()
     content = reply.json()["choices"][0]["message"]["content"] or ""
-    return float(len(content) % 2 == 0)
+    return zlib.crc32(content.encode()) % 100 / 100  # differs between any two answers: every group has signal
 
 
 class HeldGRPO(GRPO):
