@@ -2,7 +2,7 @@
 
     python tests/resume_fit.py RUN_DIR [--batch-size N] [--runners N]
 
-Runner processes, the run folder's SQLite store, one sampled call per rollout. Each call is seeded
+A runner process, the run folder's SQLite store, one sampled call per rollout. Each call is seeded
 by its rollout's group and sample (the rollout id after the run id), so a rollout samples the same
 tokens whichever run, process or moment it runs in: an interrupted and an uninterrupted run can be
 compared exactly. Two environment variables make the first run stop where a test kills it:
@@ -29,8 +29,9 @@ import httpx
 
 import relight
 from relight.records import Transition
+from relight_torch.engine import TorchEngine
 from relight_torch.grpo import GRPO
-from relight_torch.tiny import tiny_engine
+from relight_torch.tiny import tiny_model, tiny_tokenizer
 
 TASKS = [{"text": f"count to {n}"} for n in range(6)]
 
@@ -80,7 +81,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--runners", type=int, default=1)
     parser.add_argument("--max-staleness", type=int, default=None)
     args = parser.parse_args(argv)
-    engine = tiny_engine(seed=0)
+    tokenizer = tiny_tokenizer()
+    # No prefix cache: a prompt's logprobs then never depend on what the engine served before it, so
+    # an interrupted run and an uninterrupted one record the very same numbers (with it, they differ
+    # by float rounding, about 1e-7, and so do the loss, ratio, gradient norm and weights after them).
+    engine = TorchEngine(tiny_model(tokenizer, seed=0), tokenizer, seed=0, default_max_tokens=512, prefix_cache_tokens=0)
     algorithm = HeldGRPO(engine, lr=1e-2, seed=0)
     trainer = relight.Trainer(
         algorithm,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import random
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -18,6 +19,7 @@ from rich.console import Console
 import relight
 from relight import Trainer
 from relight.errors import ConfigError
+from relight.gateway.record import random_hex
 from relight.records import Mode, Transition
 from relight.scripted.server import ScriptedUpstream
 from relight.training.resume import Checkpoints
@@ -187,3 +189,11 @@ async def test_an_asynchronous_run_resumes_with_the_tasks_it_had_not_trained(tmp
     assert [row["step"] for row in history] == [1, 2, 3]
     assert all(row["staleness_max"] <= 1 for row in history)
     assert kinds(tmp_path)[-2:] == [("resume", 2), ("train", 3)]
+
+
+def test_span_ids_stay_unique_when_a_checkpoint_restores_pythons_random_state() -> None:
+    """relight-torch's checkpoints restore ``random``'s state: a resumed run replays its draws, never its ids."""
+    state = random.getstate()
+    first = [random_hex(16) for _ in range(3)]
+    random.setstate(state)
+    assert not set(first) & {random_hex(16) for _ in range(3)}
