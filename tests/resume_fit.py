@@ -85,7 +85,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     # No prefix cache: a prompt's logprobs then never depend on what the engine served before it, so
     # an interrupted run and an uninterrupted one record the very same numbers (with it, they differ
     # by float rounding, about 1e-7, and so do the loss, ratio, gradient norm and weights after them).
-    engine = TorchEngine(tiny_model(tokenizer, seed=0), tokenizer, seed=0, default_max_tokens=512, prefix_cache_tokens=0)
+    engine = TorchEngine(
+        tiny_model(tokenizer, seed=0), tokenizer, seed=0, default_max_tokens=512, prefix_cache_tokens=0
+    )
     algorithm = HeldGRPO(engine, lr=1e-2, seed=0)
     trainer = relight.Trainer(
         algorithm,
