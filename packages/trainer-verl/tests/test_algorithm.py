@@ -55,7 +55,7 @@ def test_a_checkpoint_loaded_before_start_is_resumed_by_verls_own_resume_path(tm
     algorithm.load(checkpoint)
     assert algorithm.config.resume == checkpoint / "global_step_3"
     overrides = algorithm.config.hydra_overrides()
-    assert "trainer.resume_mode=resume_path" in overrides
-    assert f"trainer.resume_from_path={checkpoint / 'global_step_3'}" in overrides
+    assert "trainer.resume_mode='resume_path'" in overrides
+    assert f"trainer.resume_from_path='{checkpoint / 'global_step_3'}'" in overrides
     with pytest.raises(FileNotFoundError, match="neither a global_step_N checkpoint"):
         algorithm.load(tmp_path / "empty")
