@@ -147,20 +147,3 @@ def test_a_fit_killed_mid_rollouts_and_mid_update_resumes_to_the_uninterrupted_r
     )
     assert again.returncode != 0
     assert "already finished" in again.stderr
-
-
-def test_a_run_resumed_with_another_batch_size_is_refused_naming_it(tmp_path: Path) -> None:
-    run = tmp_path / "run"
-    fit_killed_at(run, "UPDATING", RESUME_HOLD_UPDATE="1")
-    refused = subprocess.run(
-        [sys.executable, str(SCRIPT), str(run), "--batch-size", "3"],
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert refused.returncode != 0
-    assert "batch_size (2 when the run started, 3 now)" in refused.stderr
-    _, _, per_step = asyncio.run(store_facts(run))  # nothing enqueued by the refused command
-    assert set(per_step) == {"1"}
