@@ -197,3 +197,21 @@ def test_span_ids_stay_unique_when_a_checkpoint_restores_pythons_random_state() 
     first = [random_hex(16) for _ in range(3)]
     random.setstate(state)
     assert not set(first) & {random_hex(16) for _ in range(3)}
+
+
+async def test_a_resumed_history_reads_as_the_uninterrupted_runs_validations_included(tmp_path: Path) -> None:
+    val = [{"text": "v"}]
+    async with ScriptedUpstream() as upstream:
+        with pytest.raises(Crash):
+            await trainer(CrashingAlgorithm(upstream, 3), tmp_path / "resumed", io.StringIO(), val_every=2).afit(
+                three_calls, TASKS, val
+            )
+        resumed = await trainer(CrashingAlgorithm(upstream), tmp_path / "resumed", io.StringIO(), val_every=2).afit(
+            three_calls, TASKS, val
+        )
+        whole = await trainer(CrashingAlgorithm(upstream), tmp_path / "whole", io.StringIO(), val_every=2).afit(
+            three_calls, TASKS, val
+        )
+    assert [sorted(row) for row in resumed] == [sorted(row) for row in whole]
+    validated = [(row["step"], "val_reward_mean" in row) for row in resumed]
+    assert validated == [(0, True), (1, False), (2, True), (3, False), (3, True)]

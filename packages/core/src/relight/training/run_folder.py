@@ -115,7 +115,8 @@ class RunFolder:
             self._plot()
 
     def resume(self, step: int, metrics: Mapping[str, float], note: Mapping[str, float]) -> list[dict[str, float]]:
-        """Take up the metrics a resumed run had up to ``step``, then add a ``resume`` row; returns them.
+        """Take up the metrics a resumed run had up to ``step``, then add a ``resume`` row; returns them as
+        :meth:`relight.Trainer.fit` returns a history.
 
         Rows of steps after ``step`` (done again now) are dropped from metrics.jsonl; the train row
         of ``step`` is put back from the checkpoint's ``metrics`` when the process died before writing it.
@@ -129,9 +130,19 @@ class RunFolder:
         self.rows = kept
         self.record("resume", {"step": step, **note})
         history: list[dict[str, float]] = []
+        previous: dict[str, float | str] | None = None
         for row in kept:
-            if row["kind"] in ("train", "val"):
-                history.append({key: float(value) for key, value in row.items() if key not in ("kind", "time")})
+            values = {key: float(value) for key, value in row.items() if key not in ("kind", "time")}
+            if (
+                row["kind"] == "val"
+                and previous is not None
+                and previous["kind"] == "train"
+                and (previous["step"] == row["step"])
+            ):
+                history[-1] |= values  # a scheduled validation: fit() returns it within its step's metrics
+            elif row["kind"] in ("train", "val"):
+                history.append(values)
+            previous = row
         return history
 
     def read_rows(self) -> list[dict[str, float | str]]:

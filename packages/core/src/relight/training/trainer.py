@@ -26,7 +26,7 @@ import asyncio
 import os
 import statistics
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -238,6 +238,13 @@ class Trainer:
                 if val_dataset and self.options.val_every is not None and resume is None:
                     history.append(await self._validate(loop, val_dataset, resources, step=0))
                     run.record("val", history[-1])
+                elif val_dataset and resume is not None and self._validation_missing(resume.step, history):
+                    validation = await self._validate(loop, val_dataset, resources, resume.step)
+                    run.record("val", validation)  # the killed run died before its scheduled validation
+                    if history and history[-1].get("step") == resume.step:
+                        history[-1] |= validation
+                    else:
+                        history.append(validation)
                 training: TrainingLoop | None = None
 
                 async def finish_step(metrics: dict[str, float], resources: Resources) -> dict[str, float]:
@@ -291,6 +298,13 @@ class Trainer:
         where = f"step {step} ({point.checkpoint.name})" if point is not None and point.checkpoint else "the start"
         self.progress.note(f"relight: resuming the run in {run.path} from {where}, policy version {version}")
         return Resume(step, point.loop if point is not None else {}), history
+
+    def _validation_missing(self, step: int, history: Sequence[Mapping[str, float]]) -> bool:
+        """Whether step ``step`` was due a validation that the restored metrics do not hold."""
+        every = self.options.val_every
+        if every is None or (step and step % every):
+            return False
+        return not any(row.get("step") == step and "val_reward_mean" in row for row in history)
 
     def _training(self, loop: _Loop, algorithm: Algorithm, hooks: LoopHooks, run_id: str) -> TrainingLoop:
         """The synchronous loop, or the asynchronous one when ``max_staleness`` is set."""
