@@ -165,6 +165,9 @@ class TrainerResult:
     rollouts_lost: int
     trained_twice: int
     seconds_to_resume: float
+    """From running the command again to the run taken up: the interpreter, imports, model, checkpoint."""
+    checkpoint_load_s: float
+    """Of which loading the checkpoint and the metrics (the ``resume`` row's own figure)."""
     seconds: float
 
 
@@ -216,6 +219,7 @@ async def trainer_scenario(folder: Path) -> TrainerResult:
         rollouts_lost=sum(r.status is not RolloutStatus.SUCCEEDED for r in rollouts),
         trained_twice=sum(count > 1 for count in trained.values()),
         seconds_to_resume=round(resumed[0]["time"] - again, 2) if resumed else float("nan"),
+        checkpoint_load_s=float(resumed[0]["seconds_to_resume"]) if resumed else float("nan"),
         seconds=round(seconds, 1),
     )
 
@@ -256,6 +260,14 @@ def main() -> None:
             print(json.dumps(asdict(result)))
         return
     results = [r for r in everything if isinstance(r, Result)]
+    if results:
+        Console().print(fault_table(results))
+    for r in everything:
+        if isinstance(r, TrainerResult):
+            Console().print(trainer_table(r))
+
+
+def fault_table(results: list[Result]) -> Table:
     table = Table(title="relight under faults (three-call async agent, HTTP store over SQLite)", title_justify="left")
     columns = ("scenario", "rollouts/s", "lost", "spans lost", "attempts/rollout", "kills", "store restarts", "s")
     for column in columns:
@@ -271,22 +283,26 @@ def main() -> None:
             str(r.store_restarts),
             f"{r.seconds:.1f}",
         )
-    Console().print(table)
-    for r in everything:
-        if isinstance(r, TrainerResult):
-            killed = Table(title="trainer killed and resumed (tiny relight-torch fit, SIGKILL mid-rollouts)")
-            for column in ("steps", "steps lost", "rollouts redone", "lost", "trained twice", "s to resume", "s"):
-                killed.add_column(column, justify="right")
-            killed.add_row(
-                str(r.steps),
-                str(r.steps_lost),
-                str(r.rollouts_redone),
-                str(r.rollouts_lost),
-                str(r.trained_twice),
-                f"{r.seconds_to_resume:.1f}",
-                f"{r.seconds:.1f}",
-            )
-            Console().print(killed)
+    return table
+
+
+def trainer_table(r: TrainerResult) -> Table:
+    title = "trainer killed and resumed (tiny relight-torch fit, SIGKILL mid-rollouts)"
+    table = Table(title=title, title_justify="left")
+    columns = ("steps", "steps lost", "rollouts redone", "lost", "trained twice", "s to resume", "load s", "s")
+    for column in columns:
+        table.add_column(column, justify="right")
+    table.add_row(
+        str(r.steps),
+        str(r.steps_lost),
+        str(r.rollouts_redone),
+        str(r.rollouts_lost),
+        str(r.trained_twice),
+        f"{r.seconds_to_resume:.1f}",
+        f"{r.checkpoint_load_s:.2f}",
+        f"{r.seconds:.1f}",
+    )
+    return table
 
 
 if __name__ == "__main__":
