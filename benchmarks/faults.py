@@ -13,6 +13,12 @@ Scenarios: ``none`` (no fault), ``kill`` (a runner process SIGKILLed every ``--k
 replaced, as Trainer's supervisor does), ``restart`` (the store server SIGKILLed and restarted on its
 file once, a third of the way through), ``both``.
 
+``trainer`` (its own row): a ``fit`` of relight-torch's tiny model (``tests/resume_fit.py``: a runner
+process, the run folder's SQLite store) SIGKILLed in the middle of step 2's rollouts, and the same
+command run again until the run finishes. It reports the steps lost (trained, then lost with the
+process), the rollouts redone (attempts beyond the first), rollouts lost or trained twice, and the
+seconds from running the command again to the run taken up (checkpoint loaded, metrics restored).
+
     python benchmarks/faults.py            # a table
     python benchmarks/faults.py --json     # one JSON object per line
 """
@@ -23,9 +29,14 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import random
+import signal
+import subprocess
+import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -34,15 +45,18 @@ from rich.table import Table
 
 from relight.errors import StoreUnavailableError
 from relight.gateway import Gateway
-from relight.records import AttemptStatus, Rollout, RolloutRequest, RolloutStatus, SpanKind
+from relight.plugins import open_store
+from relight.records import AttemptStatus, Mode, Rollout, RolloutRequest, RolloutStatus, SpanKind
 from relight.runners.processes import RunnerProcesses
 from relight.runners.supervisor import RunnerSupervisor
 from relight.scripted.server import ScriptedUpstream
 from relight.stores.http import HttpStore
+from relight.transitions.trained_calls import TRAINED_SPAN
 from relight_testing.agents import CALLS, three_calls_async
 from relight_testing.faults import StoreServerProcess
 
-SCENARIOS = ("none", "kill", "restart", "both")
+SCENARIOS = ("none", "kill", "restart", "both", "trainer")
+RESUME_SCRIPT = Path(__file__).parents[1] / "tests" / "resume_fit.py"
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +155,75 @@ async def scenario(name: str, args: argparse.Namespace, folder: Path) -> Result:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class TrainerResult:
+    scenario: str
+    steps: int
+    trainer_kills: int
+    steps_lost: int
+    rollouts_redone: int
+    rollouts_lost: int
+    trained_twice: int
+    seconds_to_resume: float
+    """From running the command again to the run taken up: the interpreter, imports, model, checkpoint."""
+    checkpoint_load_s: float
+    """Of which loading the checkpoint and the metrics (the ``resume`` row's own figure)."""
+    seconds: float
+
+
+def _kill_and_resume(run_dir: Path) -> float:
+    """SIGKILL the fit once it holds a rollout of step 2, then run it again to the end; returns when it ran again."""
+    command = [sys.executable, str(RESUME_SCRIPT), str(run_dir)]
+    env = {**os.environ, "RESUME_HOLD_ROLLOUT": "step2-task1-s1"}
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert process.stdout is not None
+    for line in process.stdout:
+        if line.startswith("HOLDING"):
+            break
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    process.stdout.close()
+    again = time.time()
+    env.pop("RESUME_HOLD_ROLLOUT")
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"the resumed run failed:\n{done.stdout[-2000:]}{done.stderr[-3000:]}")
+    return again
+
+
+async def trainer_scenario(folder: Path) -> TrainerResult:
+    """SIGKILL a real fit mid-rollouts, run the same command again, and count what that cost."""
+    run_dir = folder / "trainer-run"
+    began = time.perf_counter()
+    again = await asyncio.to_thread(_kill_and_resume, run_dir)
+    seconds = time.perf_counter() - began
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    resumed = [row for row in rows if row["kind"] == "resume"]
+    store = open_store(f"sqlite:///{run_dir / 'store.db'}")
+    try:
+        rollouts = await store.list_rollouts(mode=Mode.TRAIN)
+        trained: Counter[str] = Counter()
+        for rollout in rollouts:
+            for span in await store.query_spans(rollout.rollout_id):
+                ids = span.attributes.get("relight.trained.span_ids") if span.name == TRAINED_SPAN else None
+                if isinstance(ids, list):
+                    trained.update(str(i) for i in ids)
+    finally:
+        await store.close()
+    return TrainerResult(
+        scenario="trainer",
+        steps=sum(row["kind"] == "train" for row in rows),
+        trainer_kills=1,
+        steps_lost=int(sum(row["steps_lost"] for row in resumed)),
+        rollouts_redone=sum(max(r.attempt_count - 1, 0) for r in rollouts),
+        rollouts_lost=sum(r.status is not RolloutStatus.SUCCEEDED for r in rollouts),
+        trained_twice=sum(count > 1 for count in trained.values()),
+        seconds_to_resume=round(resumed[0]["time"] - again, 2) if resumed else float("nan"),
+        checkpoint_load_s=float(resumed[0]["seconds_to_resume"]) if resumed else float("nan"),
+        seconds=round(seconds, 1),
+    )
+
+
 async def wait_through(store: HttpStore, ids: list[str], timeout: float) -> list[Rollout]:
     """``store.wait``, going on through a store restart longer than the client's retry budget."""
     deadline = time.monotonic() + timeout
@@ -152,9 +235,12 @@ async def wait_through(store: HttpStore, ids: list[str], timeout: float) -> list
                 raise
 
 
-async def run(args: argparse.Namespace) -> list[Result]:
+async def run(args: argparse.Namespace) -> list[Result | TrainerResult]:
     with tempfile.TemporaryDirectory() as folder:
-        return [await scenario(name, args, Path(folder)) for name in args.scenarios]
+        return [
+            await (trainer_scenario(Path(folder)) if name == "trainer" else scenario(name, args, Path(folder)))
+            for name in args.scenarios
+        ]
 
 
 def main() -> None:
@@ -168,11 +254,20 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=600.0, help="give a scenario up after this long")
     parser.add_argument("--scenarios", nargs="+", choices=SCENARIOS, default=list(SCENARIOS))
     args = parser.parse_args()
-    results = asyncio.run(run(args))
+    everything = asyncio.run(run(args))
     if args.json:
-        for result in results:
+        for result in everything:
             print(json.dumps(asdict(result)))
         return
+    results = [r for r in everything if isinstance(r, Result)]
+    if results:
+        Console().print(fault_table(results))
+    for r in everything:
+        if isinstance(r, TrainerResult):
+            Console().print(trainer_table(r))
+
+
+def fault_table(results: list[Result]) -> Table:
     table = Table(title="relight under faults (three-call async agent, HTTP store over SQLite)", title_justify="left")
     columns = ("scenario", "rollouts/s", "lost", "spans lost", "attempts/rollout", "kills", "store restarts", "s")
     for column in columns:
@@ -188,7 +283,26 @@ def main() -> None:
             str(r.store_restarts),
             f"{r.seconds:.1f}",
         )
-    Console().print(table)
+    return table
+
+
+def trainer_table(r: TrainerResult) -> Table:
+    title = "trainer killed and resumed (tiny relight-torch fit, SIGKILL mid-rollouts)"
+    table = Table(title=title, title_justify="left")
+    columns = ("steps", "steps lost", "rollouts redone", "lost", "trained twice", "s to resume", "load s", "s")
+    for column in columns:
+        table.add_column(column, justify="right")
+    table.add_row(
+        str(r.steps),
+        str(r.steps_lost),
+        str(r.rollouts_redone),
+        str(r.rollouts_lost),
+        str(r.trained_twice),
+        f"{r.seconds_to_resume:.1f}",
+        f"{r.checkpoint_load_s:.2f}",
+        f"{r.seconds:.1f}",
+    )
+    return table
 
 
 if __name__ == "__main__":

@@ -44,3 +44,18 @@ def test_checkpoints_go_to_an_absolute_path_and_metrics_beside_them_unless_told(
 def test_a_config_or_its_fields_not_both() -> None:
     with pytest.raises(TypeError, match="not both"):
         VerlAlgorithm(VerlConfig(model="m"), lr=1e-5)
+
+
+def test_a_checkpoint_loaded_before_start_is_resumed_by_verls_own_resume_path(tmp_path: Path) -> None:
+    """A resumed relight fit loads before it asks for upstreams: verl then loads the checkpoint as it starts."""
+    checkpoint = tmp_path / "step-3"
+    (checkpoint / "global_step_3" / "actor").mkdir(parents=True)
+    (checkpoint / "latest_checkpointed_iteration.txt").write_text("3")
+    algorithm = VerlAlgorithm(model="m", checkpoint_dir=str(tmp_path / "verl"))
+    algorithm.load(checkpoint)
+    assert algorithm.config.resume == checkpoint / "global_step_3"
+    overrides = algorithm.config.hydra_overrides()
+    assert "trainer.resume_mode='resume_path'" in overrides
+    assert f"trainer.resume_from_path='{checkpoint / 'global_step_3'}'" in overrides
+    with pytest.raises(FileNotFoundError, match="neither a global_step_N checkpoint"):
+        algorithm.load(tmp_path / "empty")

@@ -152,3 +152,58 @@ def test_fit_trains_syncs_and_checkpoints_with_verl_on_the_cpu(algorithm: VerlAl
     algorithm.load(tmp_path / "checkpoints")
     assert algorithm.policy_version == 2
     assert served.probe() == pytest.approx(served.probes[2], abs=1e-5)
+
+
+def test_a_stopped_fit_resumes_through_verls_resume_path_with_relights_step_beside_it(
+    tiny_llama: Path, tmp_path: Path
+) -> None:
+    """The run stops in its second update; the same fit again loads step 1 through verl's own resume as verl
+    starts (``resume_mode=resume_path``), and relight's checkpoint manifest gives the step and task position."""
+
+    def made() -> VerlAlgorithm:
+        return VerlAlgorithm(
+            device="cpu",
+            model=str(tiny_llama),
+            served_model_name="tiny",
+            mini_batch_size=4,
+            micro_batch_size_per_gpu=4,
+            max_prompt_length=64,
+            max_response_length=12,
+            lr=1e-2,
+            checkpoint_dir=str(tmp_path / "verl"),
+            resume="disable",
+            loggers=(),
+            overrides=("ray_kwargs.ray_init.num_cpus=4",),
+        )
+
+    run_dir = tmp_path / "run"
+    stopping = made()
+    update = stopping.update
+
+    async def stop_in_the_second(transitions: Sequence[Transition]) -> Mapping[str, float]:
+        if stopping.policy_version == 1:
+            raise RuntimeError("the trainer stops here")
+        return await update(transitions)
+
+    stopping.update = stop_in_the_second  # type: ignore[method-assign]
+    try:
+        with pytest.raises(RuntimeError, match="stops here"):
+            relight.Trainer(
+                stopping, batch_size=1, n_samples=4, run_dir=run_dir, console=Console(file=io.StringIO())
+            ).fit(agent, TASKS)
+    finally:
+        stopping.close()
+
+    resumed = made()
+    output = io.StringIO()
+    try:
+        history = relight.Trainer(
+            resumed, batch_size=1, n_samples=4, run_dir=run_dir, console=Console(file=output)
+        ).fit(agent, TASKS)
+        assert resumed.config.resume == (run_dir / "checkpoints" / "step-1" / "global_step_1").resolve()
+        assert resumed.policy_version == 3
+    finally:
+        resumed.close()
+    assert "from step 1" in output.getvalue()
+    assert [entry["step"] for entry in history] == [1, 2, 3]
+    assert [entry["policy_version"] for entry in history] == [1, 2, 3]

@@ -35,12 +35,21 @@ if TYPE_CHECKING:
     from relight_verl._ppo_trainer import RelightPPOTrainer
     from relight_verl.metrics import MetricsLog
 
-__all__ = ["VerlAlgorithm", "replica_base_url"]
+__all__ = ["VerlAlgorithm", "global_step_folder", "replica_base_url"]
 
 
 def replica_base_url(address: str) -> str:
     """The OpenAI base URL of a vLLM replica verl reports at ``address`` (``10.0.0.5:8000``, ``[::1]:8000``)."""
     return f"http://{address}/v1"
+
+
+def global_step_folder(path: Path) -> Path:
+    """The ``global_step_N`` folder :meth:`VerlAlgorithm.save` wrote under ``path`` (the latest), or ``path`` itself."""
+    latest = path / "latest_checkpointed_iteration.txt"
+    folder = path / f"global_step_{latest.read_text().strip()}" if latest.exists() else path
+    if not folder.name.startswith("global_step_") or not folder.is_dir():
+        raise FileNotFoundError(f"{path} is neither a global_step_N checkpoint nor a folder holding {latest.name}")
+    return folder.resolve()
 
 
 class VerlAlgorithm:
@@ -162,7 +171,16 @@ class VerlAlgorithm:
         self._started().save(directory)
 
     def load(self, directory: Path) -> None:
-        """Restore :meth:`save`'s checkpoint (``directory`` or one of its ``global_step_N``) and serve it."""
+        """Restore :meth:`save`'s checkpoint (``directory`` or one of its ``global_step_N``) and serve it.
+
+        Before :meth:`start` (a resumed :meth:`relight.Trainer.fit` loads before it asks for upstreams)
+        nothing is loaded twice: the checkpoint becomes verl's own ``resume_mode=resume_path``, which
+        verl's trainer honours as it starts, instead of whatever ``resume`` said.
+        """
+        with self._lock:
+            if self._trainer is None:
+                self.config = self.config.model_copy(update={"resume": global_step_folder(Path(directory))})
+                return
         self._started().load(directory)
 
     def close(self) -> None:

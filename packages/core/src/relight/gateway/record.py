@@ -7,6 +7,7 @@ A whole response and a stream of chunks feed the same :meth:`Exchange.add` (a re
 from __future__ import annotations
 
 import json
+import os
 import random
 import time
 from dataclasses import dataclass, field
@@ -27,10 +28,16 @@ Json = dict[str, Any]
 _OPERATIONS: dict[Endpoint, str] = {"chat": "chat", "completions": "text_completion"}
 
 
+_IDS = random.Random()
+"""Seeded from the OS once, and again in a forked child. Not the module's generator: a checkpoint
+restores that one (a resumed run replays its draws), which would hand out the interrupted run's ids again."""
+os.register_at_fork(after_in_child=_IDS.seed)
+
+
 def random_hex(digits: int) -> str:
     """A random id of ``digits`` hex digits. Not ``secrets``: an OS call per id stalls behind the GIL
     when agent threads are busy, and ids need to be unique, not unguessable (OpenTelemetry's choice too)."""
-    return f"{random.getrandbits(digits * 4):0{digits}x}"
+    return f"{_IDS.getrandbits(digits * 4):0{digits}x}"
 
 
 @dataclass(frozen=True, slots=True)

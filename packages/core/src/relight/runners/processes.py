@@ -32,12 +32,36 @@ def run_runner_process(agent: Agent, store_url: str, options: Mapping[str, Any])
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, runner.stop)
+        _stop_with_parent(loop, runner)
         try:
             await runner.run()
         finally:
             await store.close()
 
     _loop.run(main())
+
+
+ORPHAN_GRACE_SECONDS = 10.0
+"""How long a runner whose trainer died may take to report its attempts before it exits anyway."""
+
+
+def _stop_with_parent(loop: asyncio.AbstractEventLoop, runner: Runner) -> None:
+    """Stop the runner when the process that started it dies (a trainer killed with SIGKILL sends no SIGTERM).
+
+    The parent's sentinel becomes readable when it exits: no polling. The store and gateway of a
+    trainer that died are gone too, so the runner is given a few seconds and then exits: its attempts
+    are retried by the store when their leases expire (a resumed trainer's runners take them up).
+    """
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+
+    def orphaned() -> None:
+        loop.remove_reader(parent.sentinel)
+        runner.stop()
+        loop.call_later(ORPHAN_GRACE_SECONDS, os._exit, 1)
+
+    loop.add_reader(parent.sentinel, orphaned)
 
 
 class RunnerProcesses:

@@ -23,6 +23,11 @@
 * **Aging out.** A group still unfinished when the policy has moved more than ``k`` versions past
   the version it was admitted under, or after ``group_timeout`` seconds, is cancelled and counted
   (``groups_aged_out``): a hanging agent holds one admission slot for a while, never the learner.
+* **Resuming.** A checkpoint keeps the tasks trained, dropped or aged out so far, how often each
+  task was sampled again, and the run's counts. A resumed loop admits every other task in its
+  usual order under its usual group id; rollouts of it already in the store are taken as they
+  are, and a group among them more than ``k`` versions behind is dropped as above, so the
+  staleness bound holds across the restart.
 * **Updates.** An algorithm whose ``live_updates`` is true (relight-torch's engine swapping weights
   between generation steps) is updated while calls are served; any other is updated with the
   gateway paused, as in the synchronous loop, while its agents' tools and queued work go on.
@@ -56,7 +61,7 @@ from relight.errors import ConfigError
 from relight.gateway import Gateway
 from relight.records import Resources, Rollout, Transition
 from relight.store import Store
-from relight.training.loop import LoopHooks, TrainingLoop, group_id, group_requests, step_metrics
+from relight.training.loop import LoopHooks, Resume, TrainingLoop, group_id, group_requests, step_metrics
 from relight.training.options import TrainerOptions
 from relight.transitions.drops import DropReason, mark_dropped
 from relight.transitions.trained_calls import record_trained
@@ -77,6 +82,11 @@ class _Task:
     input: JsonValue
     resampled: int = 0
     """How many of its groups were dropped as stale and sampled again."""
+
+    @property
+    def key(self) -> tuple[int, int]:
+        """Which task of which batch it is, whatever its resampling: what a checkpoint records as done."""
+        return (self.step, self.position)
 
     @property
     def group_id(self) -> str:
@@ -125,6 +135,24 @@ class _Totals:
         return self.groups_dropped_stale + self.groups_aged_out
 
 
+_COUNTED = (
+    "rollouts",
+    "groups_trained",
+    "groups_dropped_stale",
+    "transitions_dropped_stale",
+    "groups_aged_out",
+    "groups_resampled",
+)
+"""The counts of :class:`_Totals` a checkpoint keeps, so a resumed run's totals go on from them."""
+
+
+def _pairs(value: JsonValue) -> list[list[int]]:
+    """A saved list of integer lists (``[[3, 1], …]``); [] for anything else."""
+    if not isinstance(value, list):
+        return []
+    return [[int(x) for x in item if isinstance(x, int | float)] for item in value if isinstance(item, list)]
+
+
 class AsyncTraining(TrainingLoop):
     """One asynchronous :meth:`relight.Trainer.fit` over a store and gateway the trainer set up."""
 
@@ -137,8 +165,9 @@ class AsyncTraining(TrainingLoop):
         hooks: LoopHooks,
         *,
         console: Console,
+        run_id: str | None = None,
     ) -> None:
-        super().__init__(store, gateway, algorithm, options, hooks)
+        super().__init__(store, gateway, algorithm, options, hooks, run_id=run_id)
         if options.max_staleness is None:
             raise ConfigError("the asynchronous loop needs max_staleness, the versions a sample may lag (0 or more)")
         self.max_staleness: int = options.max_staleness
@@ -148,17 +177,28 @@ class AsyncTraining(TrainingLoop):
         self._ready: list[_Group] = []
         self._pending: deque[_Task] = deque()
         self._totals = _Totals(began=time.perf_counter())
+        self._done: set[tuple[int, int]] = set()
+        """(step, position) of the tasks trained, dropped for good or aged out."""
+        self._resampled: dict[tuple[int, int], int] = {}
+        self._first_step = 0
 
     async def run(
-        self, dataset: Sequence[JsonValue], resources: Resources
+        self, dataset: Sequence[JsonValue], resources: Resources, *, resume: Resume | None = None
     ) -> tuple[int, Resources, list[dict[str, float]]]:
         """Train over ``epochs`` passes of ``dataset``; returns the last step, resources and each step's metrics."""
         size = self.options.batch_size
         steps_per_epoch = -(-len(dataset) // size)
-        self._pending = pending = deque(
+        if resume is not None:
+            self._take_up(resume)
+        tasks = (
             _Task(epoch, epoch * steps_per_epoch + index // size + 1, index % size, task)
             for epoch in range(self.options.epochs)
             for index, task in enumerate(dataset)
+        )
+        self._pending = pending = deque(
+            dataclasses.replace(task, resampled=self._resampled.get(task.key, 0))
+            for task in tasks
+            if task.key not in self._done
         )
         columns = (
             TextColumn("[bold]async training"),
@@ -169,6 +209,28 @@ class AsyncTraining(TrainingLoop):
         with Progress(*columns, TimeElapsedColumn(), console=self.console, transient=True) as progress:
             bar = progress.add_task("groups", total=len(pending), info="")
             return await self._run(resources, lambda: self._show(progress, bar))
+
+    def _take_up(self, resume: Resume) -> None:
+        """Restore what :meth:`position` saved: tasks done, resample counts, the run's counts, the step."""
+        position = resume.position
+        self._first_step = resume.step
+        self._done = {(int(step), int(index)) for step, index in _pairs(position.get("done"))}
+        resampled = _pairs(position.get("resampled"))
+        self._resampled = {(int(step), int(index)): int(count) for step, index, count in resampled}
+        totals = position.get("totals")
+        if isinstance(totals, dict):
+            for name, value in totals.items():
+                if name in _COUNTED and isinstance(value, int | float):
+                    setattr(self._totals, name, int(value))
+
+    def position(self) -> dict[str, JsonValue]:
+        """Tasks trained, dropped or aged out (as ``[step, position]``), tasks sampled again, and the counts."""
+        totals = self._totals
+        return {
+            "done": [[step, index] for step, index in sorted(self._done)],
+            "resampled": [[step, index, count] for (step, index), count in sorted(self._resampled.items())],
+            "totals": {name: getattr(totals, name) for name in _COUNTED},
+        }
 
     def _show(self, progress: Progress, bar: TaskID) -> None:
         """The progress line: groups done (trained, dropped or aged out), policy version, rate and drops."""
@@ -188,14 +250,16 @@ class AsyncTraining(TrainingLoop):
     ) -> tuple[int, Resources, list[dict[str, float]]]:
         pending = self._pending
         history: list[dict[str, float]] = []
-        admitted = step = updated = 0
+        admitted = updated = 0
+        step = self._first_step
+        discarded_before = self._totals.discarded  # those of a run resumed from a checkpoint held no slot here
         update: asyncio.Task[tuple[dict[str, float], Resources]] | None = None
         idle_since = time.perf_counter()
         runners_idle_since: float | None = time.perf_counter()
         size, k = self.options.batch_size, self.max_staleness
         try:
             while pending or self._inflight or self._ready or update is not None:
-                while pending and admitted - self._totals.discarded < size * (updated + k + 1):
+                while pending and admitted - (self._totals.discarded - discarded_before) < size * (updated + k + 1):
                     await self._admit(admitted, pending.popleft(), resources)
                     admitted += 1
                 if self._inflight and runners_idle_since is not None:
@@ -240,6 +304,7 @@ class AsyncTraining(TrainingLoop):
             n_samples=self.options.n_samples,
             max_attempts=self.options.max_attempts,
             resources=resources,
+            run_id=self.run_id,
         )
         rollouts = await self.store.enqueue(requests)
         ids = [rollout.rollout_id for rollout in rollouts]
@@ -276,7 +341,10 @@ class AsyncTraining(TrainingLoop):
                 await self._drop(group, DropReason.STALENESS, version)
                 if self.options.resample_stale:
                     self._pending.appendleft(dataclasses.replace(group.task, resampled=group.task.resampled + 1))
+                    self._resampled[group.task.key] = group.task.resampled + 1
                     self._totals.groups_resampled += 1
+                else:
+                    self._done.add(group.task.key)
             else:
                 fresh.append(group)
         self._ready = fresh
@@ -285,6 +353,7 @@ class AsyncTraining(TrainingLoop):
             return []
         batch, self._ready = fresh[:size], fresh[size:]
         self._totals.groups_trained += len(batch)
+        self._done.update(group.task.key for group in batch)
         return sorted(batch, key=lambda group: group.index)
 
     async def _drop(self, group: _Group, reason: DropReason, version: int) -> None:
@@ -306,6 +375,7 @@ class AsyncTraining(TrainingLoop):
                     await self._finished(group, rollouts)
                     continue
                 del self._inflight[group.group_id]
+                self._done.add(group.task.key)
                 await self.store.cancel(group.rollout_ids)
                 await self._drop(group, DropReason.AGED_OUT, version)
 
@@ -375,7 +445,7 @@ class AsyncTraining(TrainingLoop):
             **histogram,
             **self._counts(),
             "rollouts_per_s": totals.rollouts / elapsed,
-            "updates_per_s": step / elapsed,
+            "updates_per_s": (step - self._first_step) / elapsed,
             "learner_idle_fraction": totals.learner_idle / elapsed,
             "runner_idle_fraction": totals.runner_idle / elapsed,
         }

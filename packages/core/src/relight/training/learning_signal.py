@@ -44,10 +44,17 @@ async def sample_until_signal(
         with_any_signal = {t.group_id for t in transitions} - flat_groups(transitions)
         task_of = {rollout.rollout_id: rollout.group_id for rollout in rollouts}
         learned = {task_of.get(t.rollout_id) for t in transitions if t.group_id in with_any_signal}
-        again = [request for request in requests if request.group_id not in learned]
+        again = [_again(request, taken + 1) for request in requests if request.group_id not in learned]
         if not again:
             return rollouts, transitions, taken
         more = await run(again)
         rollouts += more
         transitions += await build(more)
     return rollouts, transitions, rounds
+
+
+def _again(request: RolloutRequest, round_: int) -> RolloutRequest:
+    """The request sampled once more: a rollout of its own, named after the round when the first had a name."""
+    if request.rollout_id is None:
+        return request
+    return request.model_copy(update={"rollout_id": f"{request.rollout_id}-r{round_}"})

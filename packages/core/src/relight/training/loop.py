@@ -5,6 +5,11 @@ them (:class:`LoopHooks`: publishing, checkpoints, validation, progress lines). 
 group ``step<n>-task<i>`` (so a run's groups line up whichever loop ran it), enqueue ``n_samples``
 rollouts per group, and report a step's metrics under the same names in the same order: the ones
 the synchronous loop reports first, then each loop's own.
+
+A training rollout's id is ``<run id>-<group>-s<sample>``: enqueueing a step again after a crash
+hands back the rollouts already in the store instead of sampling them twice (see
+:mod:`relight.training.resume`). Each loop says where it stands in the task stream
+(:meth:`TrainingLoop.position`), which checkpoints keep, and takes it up again (``run(..., resume=...)``).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from relight.records import Resources, Rollout, RolloutRequest, RolloutStatus, T
 from relight.store import Store
 from relight.training.options import TrainerOptions
 
-__all__ = ["LoopHooks", "TrainingLoop", "group_id", "group_requests", "step_metrics"]
+__all__ = ["LoopHooks", "Resume", "TrainingLoop", "group_id", "group_requests", "step_metrics"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +47,14 @@ class TrainingLoop(ABC):
     """One :meth:`relight.Trainer.fit`'s training loop over the store and gateway the trainer set up."""
 
     def __init__(
-        self, store: Store, gateway: Gateway, algorithm: Algorithm, options: TrainerOptions, hooks: LoopHooks
+        self,
+        store: Store,
+        gateway: Gateway,
+        algorithm: Algorithm,
+        options: TrainerOptions,
+        hooks: LoopHooks,
+        *,
+        run_id: str | None = None,
     ) -> None:
         self.store = store
         self.gateway = gateway
@@ -50,12 +62,27 @@ class TrainingLoop(ABC):
         self.options = options
         self.builder = options.transitions
         self.hooks = hooks
+        self.run_id = run_id
+        """Prefixes training rollout ids, so the rollouts of a step done again are found in the store."""
 
     @abstractmethod
     async def run(
-        self, dataset: Sequence[JsonValue], resources: Resources
+        self, dataset: Sequence[JsonValue], resources: Resources, *, resume: Resume | None = None
     ) -> tuple[int, Resources, list[dict[str, float]]]:
-        """Train over ``epochs`` passes of ``dataset``; returns the last step, resources and each step's metrics."""
+        """Train over ``epochs`` passes of ``dataset``, from ``resume`` when given; returns the last step,
+        resources and each step's metrics (those of this call)."""
+
+    @abstractmethod
+    def position(self) -> dict[str, JsonValue]:
+        """Where the loop stands in the task stream after the last update: what a checkpoint keeps."""
+
+
+@dataclass(frozen=True, slots=True)
+class Resume:
+    """Where a loop goes on from: the last step a checkpoint holds and the loop's :meth:`TrainingLoop.position` then."""
+
+    step: int
+    position: Mapping[str, JsonValue]
 
 
 def group_id(step: int, position: int) -> str:
@@ -64,18 +91,29 @@ def group_id(step: int, position: int) -> str:
 
 
 def group_requests(
-    task: JsonValue, group: str, *, step: int, n_samples: int, max_attempts: int, resources: Resources
+    task: JsonValue,
+    group: str,
+    *,
+    step: int,
+    n_samples: int,
+    max_attempts: int,
+    resources: Resources,
+    run_id: str | None = None,
 ) -> list[RolloutRequest]:
-    """The ``n_samples`` rollouts of one task's group, sampled by the policy ``resources`` publish."""
+    """The ``n_samples`` rollouts of one task's group, sampled by the policy ``resources`` publish.
+
+    With ``run_id`` each has the id ``<run_id>-<group>-s<sample>``, so enqueueing them again is idempotent.
+    """
     return [
         RolloutRequest(
             input=task,
             group_id=group,
             max_attempts=max_attempts,
             resources_version=resources.version,
-            metadata={"step": step},
+            metadata={"step": step, "sample": sample},
+            rollout_id=f"{run_id}-{group}-s{sample}" if run_id is not None else None,
         )
-        for _ in range(n_samples)
+        for sample in range(n_samples)
     ]
 
 

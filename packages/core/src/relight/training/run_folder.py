@@ -3,10 +3,12 @@
 ::
 
     runs/20260124-013000/
-        metrics.jsonl      one JSON object per training step ("kind": "train") and validation ("kind": "val")
+        run.json           what the run is (agent, algorithm, batch size, tasks), to resume it (relight.training.resume)
+        metrics.jsonl      one JSON object per training step ("kind": "train") and validation ("kind": "val"),
+                           and one where a killed run was resumed ("kind": "resume")
         summary.json       how the run ended: steps, policy version, rewards, time, where the rest is
         reward_curve.png   training and validation reward per step, redrawn as lines come (at most every 10 s)
-        checkpoints/       step-<n>/ as the algorithm saves them (the last two are kept)
+        checkpoints/       step-<n>/ as the algorithm saves them, with relight's manifest (the last two are kept)
         store.db           the run's store, when it is the default SQLite file
 
 ``runs/`` is relative to the working directory; ``$RELIGHT_RUNS`` puts the default run folders
@@ -26,7 +28,7 @@ import shutil
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Literal, cast
 
 from pydantic import JsonValue
 
@@ -36,7 +38,7 @@ __all__ = ["RUNS_ENV", "RunFolder", "default_run_dir"]
 
 logger = logging.getLogger(__name__)
 
-RowKind = Literal["train", "val"]
+RowKind = Literal["train", "val", "resume"]
 
 
 PLOT_EVERY_SECONDS = 10.0
@@ -112,6 +114,50 @@ class RunFolder:
         if self._plotted is None or self._clock() - self._plotted[1] >= self.plot_every:
             self._plot()
 
+    def resume(self, step: int, metrics: Mapping[str, float], note: Mapping[str, float]) -> list[dict[str, float]]:
+        """Take up the metrics a resumed run had up to ``step``, then add a ``resume`` row; returns them as
+        :meth:`relight.Trainer.fit` returns a history.
+
+        Rows of steps after ``step`` (done again now) are dropped from metrics.jsonl; the train row
+        of ``step`` is put back from the checkpoint's ``metrics`` when the process died before writing it.
+        """
+        kept = [row for row in self.read_rows() if float(row.get("step", 0)) <= step]
+        if metrics and not any(row["kind"] == "train" and row.get("step") == step for row in kept):
+            kept.append({"kind": "train", "time": round(time.time(), 3), **metrics})
+        partial = self.metrics_path.with_name(self.metrics_path.name + ".partial")
+        partial.write_text("".join(json.dumps(row) + "\n" for row in kept), encoding="utf-8")
+        partial.replace(self.metrics_path)
+        self.rows = kept
+        self.record("resume", {"step": step, **note})
+        history: list[dict[str, float]] = []
+        previous: dict[str, float | str] | None = None
+        for row in kept:
+            values = {key: float(value) for key, value in row.items() if key not in ("kind", "time")}
+            if (
+                row["kind"] == "val"
+                and previous is not None
+                and previous["kind"] == "train"
+                and (previous["step"] == row["step"])
+            ):
+                history[-1] |= values  # a scheduled validation: fit() returns it within its step's metrics
+            elif row["kind"] in ("train", "val"):
+                history.append(values)
+            previous = row
+        return history
+
+    def read_rows(self) -> list[dict[str, float | str]]:
+        """The rows of metrics.jsonl as written so far (a line a crash cut short is left out)."""
+        rows: list[dict[str, float | str]] = []
+        if self.metrics_path.exists():
+            for line in self.metrics_path.read_text(encoding="utf-8").splitlines():
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(row, dict) and "kind" in row:
+                    rows.append(cast(dict[str, float | str], row))
+        return rows
+
     def _plot(self) -> None:
         """Draw every row so far into reward_curve.png (warns once when matplotlib is missing)."""
         first = self._plotted is None
@@ -131,9 +177,11 @@ class RunFolder:
             self._plot()
         train = [row for row in self.rows if row["kind"] == "train"]
         val = [row for row in self.rows if row["kind"] == "val"]
+        resumed: list[JsonValue] = [row["step"] for row in self.rows if row["kind"] == "resume"]
         known: dict[str, JsonValue] = {
             "run_dir": str(self.path),
             "steps": len(train),
+            **({"resumed_at_steps": resumed} if resumed else {}),
             "wall_seconds": round(time.time() - self._began, 1),
         }
         if train:

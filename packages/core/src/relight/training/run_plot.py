@@ -16,7 +16,10 @@ __all__ = ["plot_rewards"]
 
 
 def plot_rewards(rows: Sequence[Mapping[str, float | str]], path: Path, *, title: str = "") -> Path:
-    """Draw the ``reward_mean`` of train rows and the ``val_reward_mean`` of val rows against ``step`` into ``path``."""
+    """Draw the ``reward_mean`` of train rows and the ``val_reward_mean`` of val rows against ``step`` into ``path``.
+
+    A dotted vertical line marks each step a killed run was resumed after (``resume`` rows).
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -24,16 +27,19 @@ def plot_rewards(rows: Sequence[Mapping[str, float | str]], path: Path, *, title
 
     train = [(row["step"], row["reward_mean"]) for row in rows if row["kind"] == "train" and "reward_mean" in row]
     val = [(row["step"], row["val_reward_mean"]) for row in rows if row["kind"] == "val"]
+    resumed = [row["step"] for row in rows if row["kind"] == "resume"]
     figure, axes = plt.subplots(figsize=(7, 4), dpi=110)
     if train:
         axes.plot([s for s, _ in train], [r for _, r in train], marker=".", label="training reward (mean of rollouts)")
     if val:
         axes.plot([s for s, _ in val], [r for _, r in val], marker="o", linestyle="--", label="validation reward")
+    for index, step in enumerate(resumed):  # where a killed run was taken up again
+        axes.axvline(float(step), color="grey", linestyle=":", label="resumed" if index == 0 else None)
     axes.set_xlabel("step")
     axes.set_ylabel("reward")
     axes.set_title(f"relight run {title}".strip())
     axes.grid(alpha=0.3)
-    if train or val:
+    if train or val or resumed:
         axes.legend(loc="best")
     figure.tight_layout()
     partial = path.with_suffix(".png.partial")

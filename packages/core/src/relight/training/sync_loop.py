@@ -21,7 +21,7 @@ from relight.gateway import Gateway
 from relight.records import Resources, Rollout, RolloutRequest, Transition
 from relight.store import Store
 from relight.training.learning_signal import flat_groups, sample_until_signal
-from relight.training.loop import LoopHooks, TrainingLoop, group_id, group_requests, step_metrics
+from relight.training.loop import LoopHooks, Resume, TrainingLoop, group_id, group_requests, step_metrics
 from relight.training.options import TrainerOptions
 from relight.transitions.trained_calls import record_trained
 
@@ -44,26 +44,39 @@ class SyncTraining(TrainingLoop):
         *,
         run_batch: RunBatch,
         warn: Callable[[str], None],
+        run_id: str | None = None,
     ) -> None:
-        super().__init__(store, gateway, algorithm, options, hooks)
+        super().__init__(store, gateway, algorithm, options, hooks, run_id=run_id)
         self.run_batch = run_batch
         self.warn = warn
+        self._step = 0
 
     async def run(
-        self, dataset: Sequence[JsonValue], resources: Resources
+        self, dataset: Sequence[JsonValue], resources: Resources, *, resume: Resume | None = None
     ) -> tuple[int, Resources, list[dict[str, float]]]:
-        """Train over ``epochs`` passes of ``dataset``; returns the last step, resources and each step's metrics."""
+        """Train over ``epochs`` passes of ``dataset``; returns the last step, resources and each step's metrics.
+
+        The step number is the position in the task stream: resuming after step ``n`` starts with step ``n + 1``.
+        """
         history: list[dict[str, float]] = []
         step, size = 0, self.options.batch_size
+        done = resume.step if resume is not None else 0
         for epoch in range(self.options.epochs):
             for start in range(0, len(dataset), size):
                 step += 1
+                if step <= done:
+                    continue
                 metrics = await self.step(dataset[start : start + size], resources, step)
                 metrics["epoch"] = epoch
                 resources = await self.hooks.publish()
+                self._step = step
                 history.append(await self.hooks.finish_step(metrics, resources))
                 self.hooks.report(metrics)
         return step, resources, history
+
+    def position(self) -> dict[str, JsonValue]:
+        """The last step trained: it alone says which tasks of which epoch come next."""
+        return {"step": self._step}
 
     async def step(self, batch: Sequence[JsonValue], resources: Resources, step: int) -> dict[str, float]:
         """Sample ``batch`` (again where a group has no signal, if asked), update, and return the step's metrics."""
@@ -78,6 +91,7 @@ class SyncTraining(TrainingLoop):
                 n_samples=options.n_samples,
                 max_attempts=options.max_attempts,
                 resources=resources,
+                run_id=self.run_id,
             )
         ]
         began = time.perf_counter()

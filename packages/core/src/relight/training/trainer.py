@@ -14,6 +14,10 @@ validation, which runs before training, every ``val_every`` steps and at the end
 Every ``fit`` writes a run folder (``run_dir``, ``runs/<date>-<time>`` by default; see
 :mod:`relight.training.run_folder`): metrics, summary, reward curve, checkpoints and, by default, the store.
 Progress shows as a live bar on a terminal and as plain lines in a log (:mod:`relight.training.progress`).
+
+A run killed before it finished is resumed by running the same ``fit`` with the same ``run_dir``
+again: from its last whole checkpoint, at the same place in the task stream, with the same
+metrics file (see :mod:`relight.training.resume`).
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ from __future__ import annotations
 import asyncio
 import os
 import statistics
-from collections.abc import AsyncGenerator, Sequence
+import time
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,9 +50,10 @@ from relight.runners.supervisor import RunnerSupervisor
 from relight.store import DEFAULT_LEASE_SECONDS, Store
 from relight.training.async_loop import AsyncTraining
 from relight.training.dev_report import DevResult, dev_result, dev_table
-from relight.training.loop import LoopHooks, TrainingLoop
+from relight.training.loop import LoopHooks, Resume, TrainingLoop
 from relight.training.options import GatewayOptions, TrainerOptions
 from relight.training.progress import RunProgress
+from relight.training.resume import Checkpoints, RunIdentity, RunRecord
 from relight.training.role_check import RoleCheck
 from relight.training.run_folder import RunFolder, default_run_dir
 from relight.training.sync_loop import SyncTraining
@@ -95,7 +101,8 @@ class Trainer:
         max_runner_restarts: runner processes that die are restarted this many times in all;
             ``fit()`` fails once none is left.
         checkpoint_dir: where ``algorithm.save`` writes after each step (``step-<n>``, every one kept);
-            by default the run folder's ``checkpoints/``, which keeps the last two.
+            by default the run folder's ``checkpoints/``, which keeps the last two. Each is written
+            under a temporary name and renamed once whole.
         max_staleness: None trains synchronously; ``k`` trains asynchronously, never on a transition
             more than ``k`` policy versions behind (see :mod:`relight.training.async_loop`; 0 behaves as synchronous).
         group_timeout: in asynchronous training, seconds after which an unfinished group is cancelled.
@@ -103,6 +110,8 @@ class Trainer:
         gateway: how the gateway listens and retokenizes.
         console: where tables and progress go.
         run_dir: the run folder of ``fit`` (see :mod:`relight.training.run_folder`); ``runs/<date>-<time>`` by default.
+            A folder holding a run that did not finish is resumed (:mod:`relight.training.resume`):
+            run the same command again to take up a killed run.
         progress_every: seconds between progress lines when the console is not a terminal.
         dynamic_sampling: at most this many extra rounds per step that sample again the tasks whose
             group has no learning signal (all rewards equal), as DAPO does; 0 never does.
@@ -199,10 +208,24 @@ class Trainer:
             raise ConfigError("train_dataset is empty; fit() needs at least one task")
         history: list[dict[str, float]] = []
         run = RunFolder(self.options.run_dir or default_run_dir())
+        options = self.options
+        identity = RunIdentity.of(
+            agent,
+            algorithm,
+            batch_size=options.batch_size,
+            n_samples=options.n_samples,
+            epochs=options.epochs,
+            max_staleness=options.max_staleness,
+            tasks=train_dataset,
+        )
+        record = RunRecord.open(run.path, identity)
         store_url = self.options.store if self.options.store is not None else run.store_url
-        checkpoints = self.options.checkpoint_dir or run.checkpoints
+        checkpoints = Checkpoints(self.options.checkpoint_dir or run.checkpoints, warn=self.progress.warn)
         self._role_check = RoleCheck(self.options.transitions.roles)
         self.progress.note(f"relight: run folder {run.path}  (store {_named(store_url)})")
+        resume: Resume | None = None
+        if record.resumed:
+            resume, history = await self._resume(run, checkpoints, algorithm)
         ended = "failed"
         try:
             # On a worker thread, like save(): relight-verl starts its whole cluster in upstreams().
@@ -212,14 +235,23 @@ class Trainer:
                 self._dashboard(loop.store, upstreams, dashboard),
             ):
                 resources = await self._publish(loop, algorithm)
-                if val_dataset and self.options.val_every is not None:
+                if val_dataset and self.options.val_every is not None and resume is None:
                     history.append(await self._validate(loop, val_dataset, resources, step=0))
                     run.record("val", history[-1])
+                elif val_dataset and resume is not None and self._validation_missing(resume.step, history):
+                    validation = await self._validate(loop, val_dataset, resources, resume.step)
+                    run.record("val", validation)  # the killed run died before its scheduled validation
+                    if history and history[-1].get("step") == resume.step:
+                        history[-1] |= validation
+                    else:
+                        history.append(validation)
+                training: TrainingLoop | None = None
 
                 async def finish_step(metrics: dict[str, float], resources: Resources) -> dict[str, float]:
                     """After an update: checkpoint, the metrics file, validation on schedule."""
                     step = int(metrics["step"])
-                    await asyncio.to_thread(algorithm.save, checkpoints / f"step-{step}")
+                    position = training.position() if training is not None else {}
+                    await asyncio.to_thread(checkpoints.save, step, algorithm, loop=position, metrics=metrics)
                     if self.options.checkpoint_dir is None:
                         run.prune_checkpoints()
                     run.record("train", metrics)
@@ -235,8 +267,8 @@ class Trainer:
                     finish_step=finish_step,
                     report=self.progress.step,
                 )
-                training = self._training(loop, algorithm, hooks)
-                step, resources, steps = await training.run(train_dataset, resources)
+                training = self._training(loop, algorithm, hooks, record.run_id)
+                step, resources, steps = await training.run(train_dataset, resources, resume=resume)
                 history += steps
                 if val_dataset and not (self.options.val_every and step % self.options.val_every == 0):
                     history.append(await self._validate(loop, val_dataset, resources, step))
@@ -248,10 +280,38 @@ class Trainer:
             self.progress.note(f"relight: run {ended}; metrics, summary and reward curve in {run.path}")
         return history
 
-    def _training(self, loop: _Loop, algorithm: Algorithm, hooks: LoopHooks) -> TrainingLoop:
+    async def _resume(
+        self, run: RunFolder, checkpoints: Checkpoints, algorithm: Algorithm
+    ) -> tuple[Resume, list[dict[str, float]]]:
+        """Load the newest whole checkpoint and the metrics up to it; at step 0 (the algorithm as made) when none is."""
+        began = time.perf_counter()
+        seen = _last_step(run)
+        point = await asyncio.to_thread(checkpoints.restore, algorithm)
+        step = point.step if point is not None else 0
+        version = point.policy_version if point is not None else algorithm.policy_version
+        note = {
+            "steps_lost": max(seen - step, 0),
+            "policy_version": version,
+            "seconds_to_resume": round(time.perf_counter() - began, 3),
+        }
+        history = run.resume(step, point.metrics if point is not None else {}, note)
+        where = f"step {step} ({point.checkpoint.name})" if point is not None and point.checkpoint else "the start"
+        self.progress.note(f"relight: resuming the run in {run.path} from {where}, policy version {version}")
+        return Resume(step, point.loop if point is not None else {}), history
+
+    def _validation_missing(self, step: int, history: Sequence[Mapping[str, float]]) -> bool:
+        """Whether step ``step`` was due a validation that the restored metrics do not hold."""
+        every = self.options.val_every
+        if every is None or (step and step % every):
+            return False
+        return not any(row.get("step") == step and "val_reward_mean" in row for row in history)
+
+    def _training(self, loop: _Loop, algorithm: Algorithm, hooks: LoopHooks, run_id: str) -> TrainingLoop:
         """The synchronous loop, or the asynchronous one when ``max_staleness`` is set."""
         if self.options.max_staleness is not None:
-            return AsyncTraining(loop.store, loop.gateway, algorithm, self.options, hooks, console=self.console)
+            return AsyncTraining(
+                loop.store, loop.gateway, algorithm, self.options, hooks, console=self.console, run_id=run_id
+            )
 
         async def run_batch(requests: Sequence[RolloutRequest], label: str) -> list[Rollout]:
             return await self._run_batch(loop, requests, label, check_roles=True)
@@ -264,6 +324,7 @@ class Trainer:
             hooks,
             run_batch=run_batch,
             warn=self.progress.warn,
+            run_id=run_id,
         )
 
     async def _validate(
@@ -451,6 +512,11 @@ class Trainer:
                     await self._role_check.check(loop.store, rollouts)
                 if all(rollout.is_finished for rollout in rollouts):
                     return rollouts
+
+
+def _last_step(run: RunFolder) -> int:
+    """The last training step the run's metrics file shows (0 when none): how far the killed run had got."""
+    return max((int(row.get("step", 0)) for row in run.read_rows() if row["kind"] == "train"), default=0)
 
 
 def _named(store: Store | str) -> str:
