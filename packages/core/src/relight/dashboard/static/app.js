@@ -302,6 +302,18 @@ function live() {
   });
 }
 
+// A snapshot (`relight dashboard --no-live`, or `?live=0` in the URL) opens no event stream, so the page
+// goes idle once drawn and a headless browser's --screenshot with --virtual-time-budget returns.
+function snapshot() {
+  return document.body.dataset.live === "off" || new URLSearchParams(location.search).get("live") === "0";
+}
+
 window.addEventListener("hashchange", route);
 route();
-live();
+if (snapshot()) {
+  const badge = document.getElementById("live");
+  badge.textContent = "snapshot: reload to update";
+  badge.className = "live";
+} else {
+  live();
+}
