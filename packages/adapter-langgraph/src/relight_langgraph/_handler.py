@@ -134,7 +134,9 @@ class RelightCallbackHandler(BaseCallbackHandler):
         if run is not None:
             failed = getattr(output, "status", "success") == "error"
             result = getattr(output, "content", output)
-            end_tool_span(run.span, success=not failed, result=None if failed else result, error=result if failed else None)
+            end_tool_span(
+                run.span, success=not failed, result=None if failed else result, error=result if failed else None
+            )
 
     @guarded
     def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:

@@ -28,7 +28,14 @@ from opentelemetry.trace import Status, StatusCode
 
 from relight import semconv
 from relight.tracing.instrumentation import guarded
-from relight.tracing.roles import end_role_span, end_tool_span, record_handoff, start_role_span, start_tool_span
+from relight.tracing.roles import (
+    bounded,
+    end_role_span,
+    end_tool_span,
+    record_handoff,
+    start_role_span,
+    start_tool_span,
+)
 
 __all__ = ["RelightTracingProcessor"]
 
@@ -92,6 +99,8 @@ class RelightTracingProcessor(TracingProcessor):
         if opened is None:
             return
         if isinstance(data, FunctionSpanData):
+            if data.input:  # the SDK fills the arguments in after the span starts
+                opened.set_attribute(semconv.GEN_AI_TOOL_CALL_ARGUMENTS, bounded(data.input))
             error = _error_text(span.error) if span.error is not None else None
             end_tool_span(opened, success=span.error is None, error=error, result=data.output)
             return

@@ -110,7 +110,8 @@ _INLINE_TOKENIZER_CHARS = 200_000
 
 
 def tokenizer_reference(tokenizer: Any) -> JsonValue:
-    """Where a reader finds ``tokenizer``: its folder (an absolute path) or hub name, else its JSON inline when small."""
+    """Where a reader finds ``tokenizer``: its folder (an absolute path) or hub name, else its JSON inline
+    when small."""
     source = str(getattr(tokenizer, "name_or_path", "") or "")
     if source and Path(source).is_dir():
         return str(Path(source).resolve())

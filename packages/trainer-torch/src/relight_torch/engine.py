@@ -68,6 +68,7 @@ def configured_max_tokens(model: Any) -> int | None:
 class EngineAbandoned(RuntimeError):
     """The engine shut down before the request's answer was finished (:meth:`TorchEngine.abandon`)."""
 
+
 _LONGER = (
     "Use a model with a longer context (its config's max_position_embeddings; tiny_engine(max_positions=N) "
     "for the tiny model)"

@@ -38,7 +38,9 @@ async def builder_for(store: Store, args: argparse.Namespace, **options: float |
     """The builder the run used (:func:`relight.transitions.run_config.builder_of_run`), as the options amend it."""
     run = await builder_of_run(store)
     roles = args.role if args.role is not None else (run.roles if run is not None else None)
-    include_failed = args.include_failed if args.include_failed is not None else (run is not None and run.include_failed)
+    include_failed = (
+        args.include_failed if args.include_failed is not None else (run is not None and run.include_failed)
+    )
     return TransitionBuilder(roles=roles, include_failed=include_failed, **options)  # pyright: ignore[reportArgumentType]
 
 

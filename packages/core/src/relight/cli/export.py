@@ -55,5 +55,6 @@ def export(args: argparse.Namespace) -> int:
         + (f"; calls left out: {reasons}" if reasons else "")
         + f"; {training_summary(trained)}",
         highlight=False,
+        soft_wrap=True,
     )
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
@@ -24,7 +25,7 @@ from relight.cli.conversation import print_conversations
 from relight.records import Attempt, Mode, Rollout, RolloutStatus, Span
 from relight.store import Store
 from relight.summaries import SummaryFilter
-from relight.transitions.builder import episode_return, last_attempt_spans
+from relight.transitions.builder import TransitionBuilder, episode_return, last_attempt_spans
 
 
 def register(add_command: AddCommand) -> None:
@@ -179,9 +180,14 @@ def span_label(span: Span, *, full: bool = False) -> str:
     response = _token_count(span, semconv.GEN_AI_USAGE_OUTPUT_TOKENS, semconv.RESPONSE_TOKEN_IDS)
     if prompt is not None or response is not None:
         parts.append(f"tokens {prompt if prompt is not None else '?'}→{response if response is not None else '?'}")
+    if (handed := attributes.get(semconv.HANDOFF_TO)) is not None:
+        parts.append(f"{attributes.get(semconv.HANDOFF_FROM)} → [magenta]{handed}[/]")
+    for key, label in ((semconv.GEN_AI_TOOL_CALL_ARGUMENTS, "arguments"), (semconv.GEN_AI_TOOL_CALL_RESULT, "result")):
+        if isinstance(value := attributes.get(key), str):
+            parts.append(f"{label} {escape(value if full else _short(value))}")
     parts.append(f"[dim]{(span.end_time - span.start_time) / 1e6:.1f} ms[/]")
     if span.status_code == "ERROR":
-        parts.append(f"[red]error {_gist(span.status_message, full=full) or ''}[/]")
+        parts.append(f"[red]error {escape(_gist(span.status_message, full=full) or '')}[/]")
     return "  ".join(parts)
 
 
@@ -208,7 +214,11 @@ def _page_title(shown: int, total: int, args: argparse.Namespace) -> str:
     first, last = args.offset + 1, args.offset + shown
     more = args.offset + shown < total
     hint = f"; --offset {last} for the next page, --limit N for more a page" if more else ""
-    return f"{shown} of {total} rollout(s) ({first}-{last}{hint})" if shown else f"none of {total} rollout(s) at --offset {args.offset}"
+    return (
+        f"{shown} of {total} rollout(s) ({first}-{last}{hint})"
+        if shown
+        else f"none of {total} rollout(s) at --offset {args.offset}"
+    )
 
 
 def _short(text: str, limit: int = 80) -> str:

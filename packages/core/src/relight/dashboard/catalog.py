@@ -81,7 +81,8 @@ class Catalog:
         self.store = store
         self.builder = builder or TransitionBuilder()
         self._builder_given = builder is not None
-        """Without one, the run's own (:func:`relight.transitions.run_config.builder_of_run`), followed as it publishes."""
+        """Without one, the run's own (:func:`relight.transitions.run_config.builder_of_run`), followed as it
+        publishes."""
         self.roles: set[str] = set()
         """Every role a role span has named: the reason filter's ``filtered role`` needs them."""
         self.pending = 0

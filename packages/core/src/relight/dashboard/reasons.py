@@ -5,13 +5,13 @@ reads them all), so the list reads reasons off the store's summaries (:mod:`reli
 the rollout's status, mode and drop mark decide reasons that hold for every call, exactly as
 ``explain`` does; within a trained rollout, failed calls are ``failed call``, calls of roles the
 builder's role filter refuses (counted by their role spans) are ``filtered role`` and the rest
-without token ids are ``no token ids``, and the rest carry the reason the trainer marked the attempt
-with when an update did not learn from it (``update skipped``, ``group without signal``). That split assumes each call has one role span (as
-every adapter records) and that untrainable calls belong to trained roles; where it does not hold
-the counts may differ by a call. Two things only the spans tell: a call that no update has used yet
-(``not in an update``: the run stopped first) and a group without signal inside an attempt whose
-other groups were learned from (grouping by role) count here as trained. A rollout's own page
-judges its spans, exactly.
+without token ids are ``no token ids``, and the rest carry the reason the trainer marked the
+attempt with when an update did not learn from it (``update skipped``, ``group without signal``).
+That split assumes each call has one role span (as every adapter records) and that untrainable
+calls belong to trained roles; where it does not hold the counts may differ by a call. Two things
+only the spans tell: a call that no update has used yet (``not in an update``: the run stopped
+first) and a group without signal inside an attempt whose other groups were learned from
+(grouping by role) count here as trained. A rollout's own page judges its spans, exactly.
 """
 
 from __future__ import annotations

@@ -165,7 +165,9 @@ def record_handoff(
         semconv.ROLE: from_role,
         semconv.FRAMEWORK: framework,
     }
-    span = tracing.tracer().start_span(f"handoff {from_role} -> {to_role}", attributes=attributes, start_time=start_time)
+    span = tracing.tracer().start_span(
+        f"handoff {from_role} -> {to_role}", attributes=attributes, start_time=start_time
+    )
     span.end(end_time)
 
 

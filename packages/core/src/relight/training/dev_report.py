@@ -66,7 +66,9 @@ async def dev_result(store: Store, rollout: Rollout) -> DevResult:
     spans = sorted(await last_attempt_spans(store, rollout.rollout_id), key=lambda s: s.start_time)
     calls = [span for span in spans if span.kind is SpanKind.LLM]
     answered = [span for span in calls if span.status_code != "ERROR"]
-    roles = Counter(str(s.attributes[semconv.ROLE]) for s in spans if s.kind is SpanKind.ROLE and semconv.ROLE in s.attributes)
+    roles = Counter(
+        str(s.attributes[semconv.ROLE]) for s in spans if s.kind is SpanKind.ROLE and semconv.ROLE in s.attributes
+    )
     return DevResult(
         rollout=rollout,
         reward=episode_return(spans),
@@ -107,14 +109,21 @@ def _agents(result: DevResult) -> str:
         parts.append(", ".join(f"{role} {count}" for role, count in result.roles.items()))
     if result.tools:
         runs = Counter((tool.name, tool.error is None) for tool in result.tools)
-        parts.append("tools " + ", ".join(f"{name} {'✓' if ok else '✗'}{f'×{n}' if n > 1 else ''}" for (name, ok), n in runs.items()))
+        parts.append(
+            "tools "
+            + ", ".join(f"{name} {'✓' if ok else '✗'}{f'×{n}' if n > 1 else ''}" for (name, ok), n in runs.items())
+        )
     if result.handoffs:
         parts.append("handoffs " + ", ".join(f"{a}→{b}" for a, b in result.handoffs))
     return "; ".join(parts) or "—"
 
 
 def _errors(result: DevResult) -> str:
-    errors = [f"{result.failed_calls} failed call(s): {'; '.join(dict.fromkeys(result.call_errors))}"] if result.failed_calls else []
+    errors = (
+        [f"{result.failed_calls} failed call(s): {'; '.join(dict.fromkeys(result.call_errors))}"]
+        if result.failed_calls
+        else []
+    )
     errors += [f"tool {tool.name}: {tool.error}" for tool in result.tools if tool.error is not None]
     if result.rollout.error:
         errors.append(result.rollout.error.strip().splitlines()[-1])
@@ -128,7 +137,9 @@ def dev_row(result: DevResult) -> Table:
     table.add_column(no_wrap=True, style="bold")
     table.add_column(overflow="fold")
     reward = "—" if result.reward is None else f"{result.reward:.3f}"
-    table.add_row("rollout", f"{rollout.rollout_id}  {_status(rollout)}  reward {reward}  attempts {rollout.attempt_count}")
+    table.add_row(
+        "rollout", f"{rollout.rollout_id}  {_status(rollout)}  reward {reward}  attempts {rollout.attempt_count}"
+    )
     table.add_row("task", str(rollout.input))
     table.add_row("calls", f"{result.calls} ({_token_counts([result])})")
     table.add_row("agents", _agents(result))

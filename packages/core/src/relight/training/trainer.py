@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import os
 import statistics
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +55,12 @@ from relight.transitions.builder import TransitionBuilder, episode_return, last_
 from relight.transitions.run_config import TRANSITIONS_ITEM, describe
 
 __all__ = ["DEV_MAX_TOKENS", "DEV_TIMEOUT", "DevResult", "GatewayOptions", "Trainer", "TrainerOptions"]
+
+
+DEV_MAX_TOKENS = 1024
+"""Dev mode's output cap for a call whose request sets none (``Trainer.dev(max_tokens=...)`` changes it)."""
+DEV_TIMEOUT = 300.0
+"""Seconds a dev rollout may run (``Trainer.dev(timeout=...)`` or ``Trainer(timeout=...)`` changes it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,7 +226,7 @@ class Trainer:
                 saved = [algorithm.policy_version]
 
                 async def finish_step(metrics: dict[str, float], resources: Resources) -> dict[str, float]:
-                    """After an update: a checkpoint if the weights changed, the metrics file, validation on schedule."""
+                    """After an update: a checkpoint if the weights changed, metrics, validation on schedule."""
                     step = int(metrics["step"])
                     if algorithm.policy_version != saved[0]:
                         await asyncio.to_thread(algorithm.save, checkpoints / f"step-{step}")
@@ -396,7 +402,8 @@ class Trainer:
         store_url = self.options.store if self.options.store is not None else dev_store_url()
         named = _named(store_url)
         self.console.print(f"relight dev: {len(dataset)} task(s); rollouts kept in {named}", highlight=False)
-        gateway = {"default_max_tokens": max_tokens, **self.options.gateway}
+        gateway = GatewayOptions(self.options.gateway)
+        gateway.setdefault("default_max_tokens", max_tokens)
         limit = self.options.timeout if self.options.timeout is not None else timeout
         results: list[DevResult] = []
         async with self._loop(agent, upstreams, model, store_url, gateway=gateway, timeout=limit) as loop:
@@ -428,7 +435,7 @@ class Trainer:
         model: str,
         store_url: Store | str,
         *,
-        gateway: Mapping[str, Any] | None = None,
+        gateway: GatewayOptions | None = None,
         timeout: float | None = None,
     ) -> AsyncGenerator[_Loop]:
         """A store, a gateway in front of ``upstreams`` and runners working on them, for the block's duration.
@@ -526,12 +533,6 @@ class Trainer:
                     await self._role_check.check(loop.store, rollouts)
                 if all(rollout.is_finished for rollout in rollouts):
                     return rollouts
-
-
-DEV_MAX_TOKENS = 1024
-"""Dev mode's output cap for a call whose request sets none (``Trainer.dev(max_tokens=...)`` changes it)."""
-DEV_TIMEOUT = 300.0
-"""Seconds a dev rollout may run (``Trainer.dev(timeout=...)`` or ``Trainer(timeout=...)`` changes it)."""
 
 
 def dev_store_url() -> str:

@@ -146,7 +146,8 @@ class TransitionBuilder:
         judged = used or (attempts[-1].attempt_id if attempts else None)
         own = [span for span in spans if span.attempt_id == judged]
         dropped = dropped_reason(own) if training else None
-        reason = _DROPS[dropped] if dropped in _DROPS else _rollout_reason(rollout, used, training)
+        whole = _DROPS.get(dropped) if dropped is not None else None
+        reason = whole if whole is not None else _rollout_reason(rollout, used, training)
         calls: list[CallVerdict] = []
         for attempt in attempts:
             verdicts = self.judge(rollout, attempt.attempt_id, spans, build=build)
@@ -351,6 +352,7 @@ def _as_updates_left_them(
         else replace(verdict, transition=None, reason=reason, detail=detail)
         for verdict in verdicts
     ]
+
 
 _REASON_DETAILS = {
     Reason.STALE: "the trainer dropped its group: a call was more policy versions behind than max_staleness allows",

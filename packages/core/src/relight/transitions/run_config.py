@@ -57,7 +57,9 @@ async def builder_of_run(store: Store) -> TransitionBuilder | None:
     described = (await latest_items(store)).get(TRANSITIONS_ITEM)
     if not isinstance(described, dict):
         return None
-    return TransitionBuilder(roles=_roles(described.get("roles")), include_failed=described.get("include_failed") is True)
+    return TransitionBuilder(
+        roles=_roles(described.get("roles")), include_failed=described.get("include_failed") is True
+    )
 
 
 async def run_model(store: Store) -> str | None:

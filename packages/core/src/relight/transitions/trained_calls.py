@@ -43,7 +43,7 @@ __all__ = [
     "TRAINED_SPAN",
     "ReportsAdvantages",
     "TrainedCall",
-        "record_trained",
+    "record_trained",
     "record_update",
     "skipped_groups",
     "trained_calls",
