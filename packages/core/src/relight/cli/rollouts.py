@@ -213,7 +213,7 @@ def _page_title(shown: int, total: int, args: argparse.Namespace) -> str:
         return f"{total} rollout(s)"
     first, last = args.offset + 1, args.offset + shown
     more = args.offset + shown < total
-    hint = f"; --offset {last} for the next page, --limit N for more a page" if more else ""
+    hint = f"; --offset {last} for the next page, --limit N for longer pages" if more else ""
     return (
         f"{shown} of {total} rollout(s) ({first}-{last}{hint})"
         if shown
