@@ -171,7 +171,7 @@ def dev_table(results: Sequence[DevResult], *, store: str | None = None) -> Tabl
             _agents(result),
             _errors(result),
         )
-    caption = [f"calls: {_token_counts(results)}"]
+    caption = [f"all {len(results)} tasks: {_token_counts(results)}"]
     if store is not None:
         caption.append(f"store: {store}  (relight show ROLLOUT --store {store})")
     table.caption = "\n".join(caption)
