@@ -104,24 +104,6 @@ class PolicyAlgorithm:
         reference = tokenizer_reference(self.engine.tokenizer)
         return {"tokenizer": reference} if reference is not None else {}
 
-
-_INLINE_TOKENIZER_CHARS = 200_000
-"""A tokenizer with no folder of its own (the tiny one, built on the spot) is published inline up to this size."""
-
-
-def tokenizer_reference(tokenizer: Any) -> JsonValue:
-    """Where a reader finds ``tokenizer``: its folder (an absolute path) or hub name, else its JSON inline
-    when small."""
-    source = str(getattr(tokenizer, "name_or_path", "") or "")
-    if source and Path(source).is_dir():
-        return str(Path(source).resolve())
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is not None:
-        text = str(backend.to_str())
-        if len(text) <= _INLINE_TOKENIZER_CHARS:
-            return {"json": text}
-    return source or None
-
     def save(self, directory: Path) -> None:
         """Weights and tokenizer in the Hugging Face layout; the optimizer, step, version and RNGs beside them."""
         save_checkpoint(
@@ -145,3 +127,21 @@ def tokenizer_reference(tokenizer: Any) -> JsonValue:
         if self.live_updates:
             self.learner.model.load_state_dict(self.engine.model.state_dict())
         self.rng.setstate(state["rng"])
+
+
+_INLINE_TOKENIZER_CHARS = 200_000
+"""A tokenizer with no folder of its own (the tiny one, built on the spot) is published inline up to this size."""
+
+
+def tokenizer_reference(tokenizer: Any) -> JsonValue:
+    """Where a reader finds ``tokenizer``: its folder (an absolute path) or hub name, else its JSON inline
+    when small."""
+    source = str(getattr(tokenizer, "name_or_path", "") or "")
+    if source and Path(source).is_dir():
+        return str(Path(source).resolve())
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        text = str(backend.to_str())
+        if len(text) <= _INLINE_TOKENIZER_CHARS:
+            return {"json": text}
+    return source or None
