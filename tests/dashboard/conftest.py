@@ -4,7 +4,8 @@ relight-torch's tiny model (built on the spot, no downloads) is trained with GRP
 whole of relight on a two-role agent written with the ``openai`` client: a ``solver`` that may call
 a calculator and a ``critic`` that comments, with role spans as an adapter records them. The run
 trains the solver only, retries a task that fails its first attempt, fails a task every time and
-validates before, between and after its steps, so every kind of verdict is in the store.
+validates before, between and after its steps, so every kind of verdict is in the store. Its reward
+is graded so that groups differ and every update changes the weights.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import io
 import threading
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,7 +66,9 @@ async def two_roles(task: dict[str, Any], llm: relight.LLM) -> float:
     first_try = attempt is not None and attempt.attempt_id.endswith("-a1")
     if task.get("fail") == "always" or (task.get("fail") == "first" and first_try):
         raise RuntimeError(f"task {task['question']!r} fails on purpose, after its calls")
-    return answer_reward(answer, task["answer"])
+    # Graded by the answer's text as well, so samples of a task differ: groups carry signal, updates
+    # change the weights and the policy version rises (equal rewards would skip every update).
+    return answer_reward(answer, task["answer"]) + zlib.crc32(answer.encode()) % 5 / 8
 
 
 def tasks(count: int, start: int = 0, **extra: JsonValue) -> list[JsonValue]:

@@ -10,6 +10,9 @@ import asyncio
 import io
 import os
 import re
+import signal
+import subprocess
+import sys
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -221,3 +224,27 @@ async def test_a_live_run_adds_points_without_a_reload(page: Any, training: Any,
         history, _, engine = await fit
         engine.close()
     assert [int(row["step"]) for row in history if "reward_mean" in row] == [1, 2]
+
+
+def test_the_documented_headless_screenshot_returns(trained: Any) -> None:
+    """The README's command: ``relight dashboard --no-live`` and Chromium's ``--screenshot`` with a virtual
+    time budget, which returns only once the page goes idle (a live page's event stream never lets it)."""
+    command = [sys.executable, "-m", "relight.cli", "dashboard", "--store", trained.url, "--port", "0", "--no-live"]
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert server.stdout is not None
+        line = server.stdout.readline()
+        url = re.search(r"(http://\S+)", line)
+        assert url is not None, line
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        shot = ARTIFACTS / "headless-command.png"
+        shot.unlink(missing_ok=True)
+        chromium = [str(CHROMIUM), *CHROMIUM_ARGS, f"--screenshot={shot}", "--virtual-time-budget=5000"]
+        taken = subprocess.run([*chromium, url.group(1)], capture_output=True, text=True, timeout=120, check=False)
+        assert taken.returncode == 0, taken.stderr
+        assert shot.stat().st_size > 10_000  # a drawn page, not an empty one
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.wait(timeout=60)
+        if server.stdout is not None:
+            server.stdout.close()

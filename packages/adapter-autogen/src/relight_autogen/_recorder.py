@@ -4,7 +4,8 @@
 ``LLMCallEvent`` once a call returns (its raw response holds the response id), or an
 ``LLMStreamStartEvent`` at the first chunk and an ``LLMStreamEndEvent`` at the last. AgentChat logs
 an agent's ``ToolCallRequestEvent`` and ``ToolCallExecutionEvent`` at DEBUG on its own event
-logger. Each event is logged on the agent's task, so the attempt it belongs to is the current one.
+logger, and a ``HandoffMessage`` when an agent hands the conversation to another (a handoff span).
+Each event is logged on the agent's task, so the attempt it belongs to is the current one.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from autogen_agentchat import EVENT_LOGGER_NAME as AGENTCHAT_EVENT_LOGGER_NAME
-from autogen_agentchat.messages import ToolCallExecutionEvent, ToolCallRequestEvent
+from autogen_agentchat.messages import HandoffMessage, ToolCallExecutionEvent, ToolCallRequestEvent
 from autogen_core import EVENT_LOGGER_NAME
 from autogen_core.logging import LLMCallEvent, LLMStreamEndEvent, LLMStreamStartEvent
 from opentelemetry import trace
@@ -25,7 +26,7 @@ from opentelemetry.trace import Span
 from relight import semconv
 from relight.tracing.context import AttemptRef, current_attempt
 from relight.tracing.instrumentation import guarded
-from relight.tracing.roles import end_role_span, end_tool_span, start_role_span, start_tool_span
+from relight.tracing.roles import end_role_span, end_tool_span, record_handoff, start_role_span, start_tool_span
 from relight_autogen._tap import LogTap
 
 __all__ = ["Recorder", "role_of"]
@@ -88,7 +89,9 @@ class Recorder:
         attempt = current_attempt()
         if isinstance(event, ToolCallRequestEvent):
             for call in event.content:
-                span = start_tool_span(call.name, role=event.source, framework=FRAMEWORK, call_id=call.id)
+                span = start_tool_span(
+                    call.name, role=event.source, framework=FRAMEWORK, call_id=call.id, arguments=call.arguments
+                )
                 if span is not None:
                     with self._lock:
                         self._tools[(attempt, call.id)] = span
@@ -97,7 +100,12 @@ class Recorder:
                 with self._lock:
                     span = self._tools.pop((attempt, result.call_id), None)
                 if span is not None:
-                    end_tool_span(span, success=not result.is_error)
+                    if result.is_error:
+                        end_tool_span(span, success=False, error=result.content)
+                    else:
+                        end_tool_span(span, success=True, result=result.content)
+        elif isinstance(event, HandoffMessage):
+            record_handoff(event.source, event.target, framework=FRAMEWORK)
 
     def _start_call(self, details: dict[str, Any]) -> Span | None:
         return start_role_span(

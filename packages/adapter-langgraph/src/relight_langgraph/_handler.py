@@ -22,7 +22,7 @@ from opentelemetry.trace import Span
 
 from relight.tracing.context import AttemptRef, current_attempt
 from relight.tracing.instrumentation import guarded
-from relight.tracing.roles import end_role_span, end_tool_span, start_role_span, start_tool_span
+from relight.tracing.roles import end_role_span, end_tool_span, record_handoff, start_role_span, start_tool_span
 
 __all__ = ["RelightCallbackHandler", "attach", "detach", "role_of"]
 
@@ -59,6 +59,8 @@ class RelightCallbackHandler(BaseCallbackHandler):
         self._lock = threading.Lock()
         self._callers: dict[tuple[AttemptRef | None, str], str] = {}
         """(attempt, tool call id) → the role whose LLM call asked for that tool."""
+        self._last_roles: dict[AttemptRef, str] = {}
+        """attempt → the role of its latest LLM call: a call by another agent node follows an edge to it."""
 
     @guarded
     def on_chat_model_start(
@@ -120,7 +122,9 @@ class RelightCallbackHandler(BaseCallbackHandler):
         with self._lock:
             caller = self._callers.pop((attempt, call_id), None) if call_id else None
         role = caller or role_of(metadata, name)
-        span = start_tool_span(name, role=role, framework=FRAMEWORK, call_id=call_id, run_id=str(run_id))
+        span = start_tool_span(
+            name, role=role, framework=FRAMEWORK, call_id=call_id, run_id=str(run_id), arguments=input_str
+        )
         if span is not None:
             self._keep(run_id, _Run(span, role, attempt))
 
@@ -128,7 +132,11 @@ class RelightCallbackHandler(BaseCallbackHandler):
     def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
         run = self._pop(run_id)
         if run is not None:
-            end_tool_span(run.span, success=getattr(output, "status", "success") != "error")
+            failed = getattr(output, "status", "success") == "error"
+            result = getattr(output, "content", output)
+            end_tool_span(
+                run.span, success=not failed, result=None if failed else result, error=result if failed else None
+            )
 
     @guarded
     def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
@@ -140,6 +148,14 @@ class RelightCallbackHandler(BaseCallbackHandler):
         self, run_id: UUID, metadata: dict[str, Any] | None, name: Any, messages: Sequence[BaseMessage] | None
     ) -> None:
         role = role_of(metadata, str(name or "llm"))
+        attempt = current_attempt()
+        if attempt is not None:
+            with self._lock:
+                previous, self._last_roles[attempt] = self._last_roles.get(attempt), role
+                if len(self._last_roles) > _MAX_UNCLAIMED_TOOL_CALLS:
+                    del self._last_roles[next(iter(self._last_roles))]
+            if previous is not None and previous != role:
+                record_handoff(previous, role, framework=FRAMEWORK)
         span = start_role_span(
             role,
             framework=FRAMEWORK,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from relight.tracing.instrumentation import Instrumentor
+from relight_openai_agents import _exporter
 
 if TYPE_CHECKING:
     from relight_openai_agents._processor import RelightTracingProcessor
@@ -13,7 +14,8 @@ __all__ = ["OpenAIAgentsAdapter"]
 
 
 class OpenAIAgentsAdapter(Instrumentor):
-    """Adds relight's processor beside the SDK's own, whose exporter keeps working."""
+    """Adds relight's processor and, while it records, takes out the SDK's default OpenAI exporter
+    (see :mod:`relight_openai_agents._exporter`)."""
 
     framework = "openai_agents"
     _processor: RelightTracingProcessor | None = None
@@ -31,7 +33,9 @@ class OpenAIAgentsAdapter(Instrumentor):
             self._processor = RelightTracingProcessor(self.framework)
             add_trace_processor(self._processor)
         self._processor.enabled = True
+        _exporter.switch_off()
 
     def _uninstrument(self) -> None:
         if self._processor is not None:
             self._processor.enabled = False
+        _exporter.restore()

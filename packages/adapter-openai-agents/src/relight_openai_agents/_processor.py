@@ -17,6 +17,7 @@ from agents.tracing import (
     AgentSpanData,
     FunctionSpanData,
     GenerationSpanData,
+    HandoffSpanData,
     ResponseSpanData,
     Span,
     Trace,
@@ -27,13 +28,21 @@ from opentelemetry.trace import Status, StatusCode
 
 from relight import semconv
 from relight.tracing.instrumentation import guarded
-from relight.tracing.roles import end_role_span, end_tool_span, start_role_span, start_tool_span
+from relight.tracing.roles import (
+    bounded,
+    end_role_span,
+    end_tool_span,
+    record_handoff,
+    start_role_span,
+    start_tool_span,
+)
 
 __all__ = ["RelightTracingProcessor"]
 
 
 class RelightTracingProcessor(TracingProcessor):
-    """Records a role span per model call and a tool span per function call, inside rollout attempts.
+    """Records a role span per model call, a tool span per function call (arguments, result or error)
+    and a handoff span per handoff, inside rollout attempts.
 
     ``enabled`` is switched off by ``uninstrument()``: the SDK has no call that removes one processor
     and keeps the others, so ours stays registered and goes quiet.
@@ -67,7 +76,9 @@ class RelightTracingProcessor(TracingProcessor):
         if isinstance(data, GenerationSpanData | ResponseSpanData):
             opened = start_role_span(role, framework=self.framework, run_id=span.span_id)
         elif isinstance(data, FunctionSpanData):
-            opened = start_tool_span(data.name, role=role, framework=self.framework, run_id=span.span_id)
+            opened = start_tool_span(
+                data.name, role=role, framework=self.framework, run_id=span.span_id, arguments=data.input
+            )
         else:
             return
         if opened is not None:
@@ -76,17 +87,25 @@ class RelightTracingProcessor(TracingProcessor):
 
     @guarded
     def on_span_end(self, span: Span[Any]) -> None:
+        data = span.span_data
         with self._lock:
-            self._roles.pop(span.span_id, None)
+            role = self._roles.pop(span.span_id, None)
             opened = self._open.pop(span.span_id, None)
+        if isinstance(data, HandoffSpanData) and self.enabled and data.from_agent and data.to_agent:
+            # The role path of the agent handing over; the SDK names only the agents themselves.
+            base = role.rsplit("/", 1)[0] + "/" if role and "/" in role else ""
+            record_handoff(base + data.from_agent, base + data.to_agent, framework=self.framework)
+            return
         if opened is None:
             return
-        data = span.span_data
+        if isinstance(data, FunctionSpanData):
+            if data.input:  # the SDK fills the arguments in after the span starts
+                opened.set_attribute(semconv.GEN_AI_TOOL_CALL_ARGUMENTS, bounded(data.input))
+            error = _error_text(span.error) if span.error is not None else None
+            end_tool_span(opened, success=span.error is None, error=error, result=data.output)
+            return
         if span.error is not None:
             opened.set_status(Status(StatusCode.ERROR, span.error["message"]))
-        if isinstance(data, FunctionSpanData):
-            end_tool_span(opened, success=span.error is None)
-            return
         if isinstance(data, GenerationSpanData) and data.input:
             # The SDK fills in the request after the span starts; it is what went over the wire.
             opened.set_attribute(semconv.GEN_AI_INPUT_MESSAGES, json.dumps(list(data.input), default=str))
@@ -98,3 +117,10 @@ class RelightTracingProcessor(TracingProcessor):
 
     def force_flush(self) -> None:
         return None
+
+
+def _error_text(error: Any) -> str:
+    """The SDK's span error (``{"message": ..., "data": ...}``) as one line of text."""
+    message = str(error.get("message", "")) if isinstance(error, dict) else str(error)
+    data: Any = error.get("data") if isinstance(error, dict) else None
+    return f"{message}: {json.dumps(data, default=str)}" if data else message

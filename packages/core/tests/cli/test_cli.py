@@ -110,7 +110,7 @@ def test_rollouts_filters(rollouts: list[Rollout], store_url: str, capsys: pytes
     _, limited, _ = run(["rollouts", "--store", store_url, "--limit", "1", "--offset", "1"], capsys)
     assert ("ro-bad" in failed, "ro-good" in failed) == (True, False)
     assert ("ro-later" in val, "ro-bad" in val) == (True, False)
-    assert "1 rollout(s)" in limited
+    assert "1 of 3 rollout(s) (2-2; --offset 2 for the next page" in limited  # a page, and how to get the rest
     assert "ro-bad" in limited
 
 

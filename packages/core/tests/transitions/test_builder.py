@@ -14,6 +14,7 @@ from relight.records import AttemptStatus, Mode, Rollout, RolloutRequest, Rollou
 from relight.stores.memory import InMemoryStore
 from relight.transitions.builder import TransitionBuilder, read_jsonl, write_jsonl
 from relight.transitions.drops import DropReason, mark_dropped
+from relight.transitions.trained_calls import record_update
 from relight.transitions.verdicts import Note, Reason
 
 ROLLOUT = Rollout(rollout_id="ro-1", input="task", group_id="task-7", status=RolloutStatus.SUCCEEDED)
@@ -252,17 +253,81 @@ async def test_a_rollout_verdict_names_what_kept_its_calls_out() -> None:
         verdict = await builder.explain(store, await store.get_rollout(rollout_id), **options)
         return verdict.reason, [call.reason for call in verdict.calls]
 
-    assert await reasons("retried") == (None, [Reason.RETRIED_ATTEMPT, None])
+    # No update has used any call yet: the call that counts could be trained, and is not.
+    assert await reasons("retried") == (None, [Reason.RETRIED_ATTEMPT, Reason.NOT_UPDATED])
+    assert await reasons("retried", training=False) == (None, [Reason.RETRIED_ATTEMPT, None])
     assert await reasons("bad") == (Reason.FAILED_ROLLOUT, [Reason.FAILED_ROLLOUT])
     assert await reasons("val") == (Reason.VALIDATION, [Reason.VALIDATION])
     assert await reasons("val", training=False) == (None, [None])
     assert await reasons("waiting") == (Reason.NOT_FINISHED, [])
-    verdict = await builder.explain(store, await store.get_rollout("retried"))
+    verdict = await builder.explain(store, await store.get_rollout("retried"), training=False)
     assert verdict.attempt_id == "retried-a2"
     assert verdict.transitions == await builder.from_store(store, [verdict.rollout])
     assert verdict.summary() == "1 of 2 call(s) trained; left out: 1 retried attempt"
-    failed_too = await TransitionBuilder(include_failed=True).explain(store, await store.get_rollout("bad"))
+    failed_too = await TransitionBuilder(include_failed=True).explain(
+        store, await store.get_rollout("bad"), training=False
+    )
     assert (failed_too.reason, failed_too.summary()) == (None, "1 of 1 call(s) trained")
+
+
+class _Versioned:
+    """An algorithm as record_update sees it: a policy version, and whether it skips groups without signal."""
+
+    def __init__(self, version: int, *, skips_flat_groups: bool = True) -> None:
+        self.policy_version = version
+        self.skips_flat_groups = skips_flat_groups
+
+
+REWARDS = {"flat-1": 1.0, "flat-2": 1.0, "mixed-1": 0.0, "mixed-2": 1.0}
+"""Two groups of two rollouts: ``flat`` without signal, ``mixed`` with."""
+
+
+async def _finished_groups() -> tuple[InMemoryStore, list[Rollout]]:
+    store = InMemoryStore()
+    await store.enqueue([RolloutRequest(input=name, rollout_id=name, group_id=name[:-2]) for name in REWARDS])
+    for _ in REWARDS:
+        claimed = await store.claim("w")
+        assert claimed is not None
+        rollout, attempt = claimed
+        ids = {"rollout_id": rollout.rollout_id, "attempt_id": attempt.attempt_id}
+        call = llm(10, f"{rollout.rollout_id}-call").model_copy(update=ids)
+        earned = reward(20, REWARDS[rollout.rollout_id]).model_copy(update=ids)
+        await store.add_spans([call, earned])
+        await store.finish_attempt(rollout.rollout_id, attempt.attempt_id, AttemptStatus.SUCCEEDED)
+    return store, [await store.get_rollout(name) for name in REWARDS]
+
+
+async def _first_reasons(store: InMemoryStore, rollouts: list[Rollout]) -> dict[str, Reason | None]:
+    builder = TransitionBuilder()
+    return {r.rollout_id: (await builder.explain(store, r)).calls[0].reason for r in rollouts}
+
+
+async def test_an_update_that_left_the_weights_alone_trained_nothing() -> None:
+    store, rollouts = await _finished_groups()
+    transitions = await TransitionBuilder().from_store(store, rollouts)
+    assert not await record_update(store, _Versioned(0), transitions, version_before=0)
+    assert set((await _first_reasons(store, rollouts)).values()) == {Reason.UPDATE_SKIPPED}
+
+
+async def test_an_update_that_changed_the_weights_trained_the_groups_with_signal() -> None:
+    store, rollouts = await _finished_groups()
+    transitions = await TransitionBuilder().from_store(store, rollouts)
+    assert await record_update(store, _Versioned(1), transitions, version_before=0)
+    assert await _first_reasons(store, rollouts) == {
+        "flat-1": Reason.NO_SIGNAL,
+        "flat-2": Reason.NO_SIGNAL,
+        "mixed-1": None,
+        "mixed-2": None,
+    }
+    verdict = await TransitionBuilder().explain(store, await store.get_rollout("mixed-1"))
+    assert [t.span_id for t in verdict.transitions] == [verdict.calls[0].span.span_id]
+
+
+async def test_an_algorithm_that_keeps_flat_groups_trains_them() -> None:
+    store, rollouts = await _finished_groups()
+    transitions = await TransitionBuilder().from_store(store, rollouts)
+    assert await record_update(store, _Versioned(1, skips_flat_groups=False), transitions, version_before=0)
+    assert set((await _first_reasons(store, rollouts)).values()) == {None}
 
 
 async def test_a_group_the_asynchronous_trainer_dropped_says_so() -> None:

@@ -99,7 +99,10 @@ class PolicyAlgorithm:
         return [self.engine]
 
     def resources(self) -> Mapping[str, JsonValue]:
-        return {}
+        """The tokenizer, so ``relight dashboard`` decodes the run's tokens without being told (see
+        :func:`tokenizer_reference`)."""
+        reference = tokenizer_reference(self.engine.tokenizer)
+        return {"tokenizer": reference} if reference is not None else {}
 
     def save(self, directory: Path) -> None:
         """Weights and tokenizer in the Hugging Face layout; the optimizer, step, version and RNGs beside them."""
@@ -124,3 +127,21 @@ class PolicyAlgorithm:
         if self.live_updates:
             self.learner.model.load_state_dict(self.engine.model.state_dict())
         self.rng.setstate(state["rng"])
+
+
+_INLINE_TOKENIZER_CHARS = 200_000
+"""A tokenizer with no folder of its own (the tiny one, built on the spot) is published inline up to this size."""
+
+
+def tokenizer_reference(tokenizer: Any) -> JsonValue:
+    """Where a reader finds ``tokenizer``: its folder (an absolute path) or hub name, else its JSON inline
+    when small."""
+    source = str(getattr(tokenizer, "name_or_path", "") or "")
+    if source and Path(source).is_dir():
+        return str(Path(source).resolve())
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        text = str(backend.to_str())
+        if len(text) <= _INLINE_TOKENIZER_CHARS:
+            return {"json": text}
+    return source or None

@@ -52,7 +52,22 @@ from relight_torch.running_batch import RunningBatch
 from relight_torch.toolcalls import parse_tool_calls
 from relight_torch.weights_gate import WeightsGate
 
-__all__ = ["Sampled", "TorchEngine"]
+__all__ = ["DEFAULT_MAX_TOKENS", "EngineAbandoned", "Sampled", "TorchEngine", "configured_max_tokens"]
+
+
+DEFAULT_MAX_TOKENS = 1024
+"""New tokens for a request without ``max_tokens`` when the model's generation config gives no cap either."""
+
+
+def configured_max_tokens(model: Any) -> int | None:
+    """The ``max_new_tokens`` a model's generation config sets, if it sets one."""
+    value = getattr(getattr(model, "generation_config", None), "max_new_tokens", None)
+    return value if isinstance(value, int) and value > 0 else None
+
+
+class EngineAbandoned(RuntimeError):
+    """The engine shut down before the request's answer was finished (:meth:`TorchEngine.abandon`)."""
+
 
 _LONGER = (
     "Use a model with a longer context (its config's max_position_embeddings; tiny_engine(max_positions=N) "
@@ -164,6 +179,7 @@ class TorchEngine:
         self.tokens = 0
         """Tokens sampled, over all steps."""
         self._stopping = False
+        self._abandoning = False
 
     @classmethod
     def from_pretrained(
@@ -172,10 +188,15 @@ class TorchEngine:
         """Load a model and tokenizer that transformers can load from a local directory.
 
         The engine answers to ``name``, by default the one the folder's config gives
-        (:func:`relight_torch.models.model_name`).
+        (:func:`relight_torch.models.model_name`). A request that sets no ``max_tokens`` gets at most
+        the folder's ``generation_config.max_new_tokens``, else :data:`DEFAULT_MAX_TOKENS`
+        (``default_max_tokens=None`` lifts the cap): agent frameworks often send none, and a small
+        model may never stop by itself.
         """
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path).to(device)
+        if "default_max_tokens" not in kwargs:
+            kwargs["default_max_tokens"] = configured_max_tokens(model) or DEFAULT_MAX_TOKENS
         return cls(model, tokenizer, name=name or model_name(path), **kwargs)
 
     # -- the Engine protocol ---------------------------------------------------------------------
@@ -281,6 +302,19 @@ class TorchEngine:
                 served.copy_(trained)
             self.policy_version += 1
 
+    def abandon(self) -> None:
+        """Finish the step being sampled, then fail every request in flight or queued and stop: a shutdown
+        that cannot wait for a request that may never end (a model with no output cap)."""
+        self._abandoning = True
+        while True:
+            try:
+                row = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if row is not None and row.future.set_running_or_notify_cancel():
+                row.future.set_exception(EngineAbandoned("the engine is shutting down; the request was never started"))
+        self._queue.put(None)
+
     def close(self) -> None:
         """Stop the worker thread once the queued requests are served; safe to call twice."""
         with self._start_lock:
@@ -378,6 +412,9 @@ class TorchEngine:
                     self._finish(row)
             if not keep:
                 return
+            if self._abandoning:  # after this step: the rows still sampling fail, the worker stops
+                self._stopping = True
+                raise EngineAbandoned("the engine is shutting down; the request was abandoned mid-answer")
             batch.keep(keep)
             if len(keep) < len(active):
                 active = in_flight[:] = [active[i] for i in keep]

@@ -22,7 +22,7 @@ from typing import Any, Literal
 import torch
 
 from relight.records import Transition
-from relight.training.learning_signal import flat_groups
+from relight.transitions.signal import flat_groups
 from relight_torch._policy import PolicyAlgorithm
 from relight_torch.advantages import episode_weights, grpo_advantages, reinforce_pp_advantages
 from relight_torch.anchors import anchor_missing_logprobs
@@ -61,6 +61,10 @@ class GRPO(PolicyAlgorithm):
         seed: Seeds the mini-batch shuffle.
         callbacks: Called after each update with its transitions and metrics.
     """
+
+    skips_flat_groups = True
+    """A group whose rewards are all equal is left out of the update (:func:`with_signal_samples`), so the
+    store's record of what was trained leaves its calls out (:mod:`relight.transitions.trained_calls`)."""
 
     def __init__(
         self,

@@ -7,6 +7,10 @@ gateway can use it as a remote replica. Requests are translated and answered by 
 :class:`relight.gateway.EngineUpstream`, the same code that serves the engine in-process, so the
 two paths cannot drift apart. There is no rollout scoping and nothing is recorded: that is the
 gateway's job.
+
+A request without ``max_tokens`` gets a cap (``--max-tokens``; the model's generation config, else
+1,024 tokens), and the first SIGTERM or Ctrl-C stops the server at once: the request being
+generated is abandoned after the current step rather than waited for.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import argparse
 import json
 import secrets
 from collections.abc import AsyncIterator
+from types import FrameType
 from typing import Any
 
 import uvicorn
@@ -25,7 +30,7 @@ from starlette.routing import Route
 
 from relight.gateway import EngineUpstream, UpstreamError
 from relight.gateway.errors import error_body
-from relight_torch.engine import TorchEngine
+from relight_torch.engine import DEFAULT_MAX_TOKENS, TorchEngine
 
 __all__ = ["create_app", "main"]
 
@@ -104,11 +109,34 @@ def main(argv: list[str] | None = None) -> None:
         help="decode tool_choice auto as required until the messages hold a tool result "
         "(for a model that never picks a tool by itself; see TorchEngine)",
     )
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        metavar="N",
+        help="new tokens for a request that sets no max_tokens (default: the model's generation config, "
+        f"else {DEFAULT_MAX_TOKENS}; 512 for tiny); 0 lifts the cap",
+    )
     args = parser.parse_args(argv)
-    options = {"name": args.name} if args.name else {}
+    options: dict[str, Any] = {"name": args.name} if args.name else {}
+    if args.max_tokens is not None:
+        options["default_max_tokens"] = args.max_tokens or None
     with load_engine(args.model, **options) as engine:
         engine.force_first_tool_call = args.force_first_tool_call
-        uvicorn.run(create_app(engine), host=args.host, port=args.port, log_level="info")
+        server = _Server(engine, uvicorn.Config(create_app(engine), host=args.host, port=args.port, log_level="info"))
+        server.run()
+
+
+class _Server(uvicorn.Server):
+    """Stops on the first SIGTERM or SIGINT: the engine finishes the step it is sampling and fails what is in
+    flight (:meth:`TorchEngine.abandon`), so no request that may never end holds the shutdown."""
+
+    def __init__(self, engine: TorchEngine, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.engine = engine
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self.engine.abandon()
+        super().handle_exit(sig, frame)
 
 
 if __name__ == "__main__":

@@ -113,13 +113,28 @@ def tiny_model(
 
 
 def tiny_engine(
-    *, seed: int = 0, name: str = "relight-tiny", default_max_tokens: int | None = 512, **model_options: Any
+    *,
+    seed: int = 0,
+    name: str = "relight-tiny",
+    default_max_tokens: int | None = 512,
+    force_first_tool_call: bool = False,
+    **model_options: Any,
 ) -> TorchEngine:
     """An engine serving a fresh tiny model (weights and sampling seeded by ``seed``).
 
     A request without ``max_tokens`` gets at most ``default_max_tokens`` new tokens: an untrained
     model rarely ends by itself, and the rest of a 4,096-token context is a long wait on a CPU.
+    ``force_first_tool_call`` decodes a request that offers tools as if it required one until a tool
+    has answered, as ``python -m relight_torch.server --force-first-tool-call`` does (see
+    :class:`~relight_torch.engine.TorchEngine`): an untrained model never picks a tool by itself.
     """
     tokenizer = tiny_tokenizer()
     model = tiny_model(tokenizer, seed=seed, **model_options)
-    return TorchEngine(model, tokenizer, name=name, seed=seed, default_max_tokens=default_max_tokens)
+    return TorchEngine(
+        model,
+        tokenizer,
+        name=name,
+        seed=seed,
+        default_max_tokens=default_max_tokens,
+        force_first_tool_call=force_first_tool_call,
+    )

@@ -1,7 +1,8 @@
 """What ``show`` and ``export`` print about training: each call's verdict, and the reasons calls were left out.
 
 The verdicts come from :meth:`relight.TransitionBuilder.explain`, the code that builds
-the transitions, so these lines say what the dashboard says.
+the transitions, judged with the role filter the run published (:mod:`relight.transitions.run_config`),
+so these lines say what the dashboard says.
 """
 
 from __future__ import annotations
@@ -12,18 +13,35 @@ from collections.abc import Iterable
 
 from rich.tree import Tree
 
+from relight.store import Store
 from relight.transitions.builder import TransitionBuilder
+from relight.transitions.run_config import builder_of_run
 from relight.transitions.verdicts import Reason, RolloutVerdict
 
 
 def add_builder_options(parser: argparse.ArgumentParser) -> None:
-    """How the run turned calls into transitions, so verdicts match what it trained."""
-    parser.add_argument("--role", metavar="REGEX", help="keep the calls of roles matching this regular expression")
-    parser.add_argument("--include-failed", action="store_true", help="failed rollouts' last attempts count too")
+    """How the run turned calls into transitions; by default, what the run itself published."""
+    parser.add_argument(
+        "--role",
+        metavar="REGEX",
+        help="keep the calls of roles matching this regular expression (default: the run's own role filter)",
+    )
+    parser.add_argument(
+        "--include-failed",
+        action="store_true",
+        default=None,
+        help="failed rollouts' last attempts count too (default: as the run did)",
+    )
 
 
-def builder_from(args: argparse.Namespace, **options: float | str) -> TransitionBuilder:
-    return TransitionBuilder(roles=args.role, include_failed=args.include_failed, **options)  # pyright: ignore[reportArgumentType]
+async def builder_for(store: Store, args: argparse.Namespace, **options: float | str) -> TransitionBuilder:
+    """The builder the run used (:func:`relight.transitions.run_config.builder_of_run`), as the options amend it."""
+    run = await builder_of_run(store)
+    roles = args.role if args.role is not None else (run.roles if run is not None else None)
+    include_failed = (
+        args.include_failed if args.include_failed is not None else (run is not None and run.include_failed)
+    )
+    return TransitionBuilder(roles=roles, include_failed=include_failed, **options)  # pyright: ignore[reportArgumentType]
 
 
 def verdict_tree(verdict: RolloutVerdict) -> Tree:
@@ -46,3 +64,12 @@ def left_out(verdicts: Iterable[RolloutVerdict]) -> str:
     for verdict in verdicts:
         counts.update(verdict.reasons())
     return ", ".join(f"{count} {reason.value}" for reason, count in counts.most_common())
+
+
+def training_summary(verdicts: Iterable[RolloutVerdict]) -> str:
+    """``the run trained 4 of 12 call(s); not trained: 8 filtered role`` over many rollouts."""
+    judged = list(verdicts)
+    calls = sum(len(verdict.calls) for verdict in judged)
+    trained = sum(call.trained for verdict in judged for call in verdict.calls)
+    reasons = left_out(judged)
+    return f"the run trained {trained} of {calls} call(s)" + (f"; not trained: {reasons}" if reasons else "")

@@ -16,8 +16,10 @@ from relight.dashboard.detail import Decoder
 from relight.dashboard.server import DEFAULT_PORT, Dashboard
 from relight.errors import ConfigError
 from relight.plugins import open_store
+from relight.store import Store
 from relight.stores.http.client import TOKEN_ENV
 from relight.transitions.builder import TransitionBuilder
+from relight.transitions.run_config import latest_items
 
 
 def register(add_command: AddCommand) -> None:
@@ -37,12 +39,27 @@ def register(add_command: AddCommand) -> None:
         default=os.environ.get(TOKEN_ENV),
         help=f"token visitors must give (default: ${TOKEN_ENV}); required beyond loopback",
     )
-    parser.add_argument("--role", metavar="REGEX", help="the run's role filter, so verdicts match its training")
-    parser.add_argument("--include-failed", action="store_true", help="the run trained failed rollouts too")
+    parser.add_argument(
+        "--role",
+        metavar="REGEX",
+        help="judge calls with this role filter instead of the one the run published (the default)",
+    )
+    parser.add_argument(
+        "--include-failed",
+        action="store_true",
+        default=None,
+        help="judge failed rollouts as trained too (default: as the run did)",
+    )
     parser.add_argument(
         "--tokenizer",
         metavar="PATH",
-        help="a Hugging Face tokenizer folder to decode token ids with (needs transformers); else ids are shown",
+        help="a Hugging Face tokenizer folder to decode token ids with (needs transformers); by default the "
+        "tokenizer the run published, else the model's where transformers finds it on this machine",
+    )
+    parser.add_argument(
+        "--no-live",
+        action="store_true",
+        help="serve a snapshot: the page opens no event stream, so a headless browser's screenshot returns",
     )
     parser.set_defaults(run=serve_dashboard)
 
@@ -50,8 +67,8 @@ def register(add_command: AddCommand) -> None:
 def serve_dashboard(args: argparse.Namespace) -> int:
     """Serve until SIGINT (Ctrl-C) or SIGTERM, then stop and close the store; exit status 0."""
     url = store_url(args)
-    builder = TransitionBuilder(roles=args.role, include_failed=args.include_failed)
-    decode = _load_tokenizer(args.tokenizer) if args.tokenizer else None
+    amended = args.role is not None or args.include_failed is not None
+    builder = TransitionBuilder(roles=args.role, include_failed=bool(args.include_failed)) if amended else None
     console = Console()
 
     async def serve() -> None:
@@ -60,8 +77,15 @@ def serve_dashboard(args: argparse.Namespace) -> int:
             asyncio.get_running_loop().add_signal_handler(signum, stop.set)
         store = open_store(url)
         try:
+            decode = _load_tokenizer(args.tokenizer) if args.tokenizer else await run_decoder(store)
             dashboard = Dashboard(
-                store, host=args.host, port=args.port, builder=builder, decode=decode, token=args.token
+                store,
+                host=args.host,
+                port=args.port,
+                builder=builder,
+                decode=decode,
+                token=args.token,
+                live=not args.no_live,
             )
             async with dashboard:
                 console.print(f"dashboard of {url} at {dashboard.url}", highlight=False, soft_wrap=True)
@@ -73,14 +97,35 @@ def serve_dashboard(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_tokenizer(path: str) -> Decoder:
+def _load_tokenizer(path: str, *, local_only: bool = False) -> Decoder:
     """A tokenizer's ``decode``, through transformers when it is installed (the core does not depend on it)."""
     try:
         transformers = importlib.import_module("transformers")
     except ImportError as error:
         raise ConfigError("--tokenizer needs the transformers package (pip install transformers)") from error
     try:
-        tokenizer: Any = transformers.AutoTokenizer.from_pretrained(path)
+        tokenizer: Any = transformers.AutoTokenizer.from_pretrained(path, local_files_only=local_only)
     except (OSError, ValueError) as error:
         raise ConfigError(f"--tokenizer {path!r} is not a tokenizer folder transformers can load: {error}") from error
     return lambda ids: str(tokenizer.decode(list(ids)))
+
+
+async def run_decoder(store: Store) -> Decoder | None:
+    """The ``decode`` of the tokenizer the run published (``tokenizer`` among its resources: a folder, a name
+    or a tokenizer's JSON), else of its model's where transformers finds it here; None when neither loads."""
+    items = await latest_items(store)
+    published = items.get("tokenizer")
+    if isinstance(published, dict) and isinstance(text := published.get("json"), str):
+        try:
+            tokenizers: Any = importlib.import_module("tokenizers")
+            tokenizer: Any = tokenizers.Tokenizer.from_str(text)
+        except Exception:  # no tokenizers library, or JSON of a version it cannot read: show ids
+            return None
+        return lambda ids: str(tokenizer.decode(list(ids), skip_special_tokens=False))
+    for candidate in (published, items.get("model")):
+        if isinstance(candidate, str) and candidate:
+            try:
+                return _load_tokenizer(candidate, local_only=True)
+            except ConfigError:
+                continue
+    return None

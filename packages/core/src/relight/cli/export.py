@@ -8,7 +8,7 @@ import sys
 from rich.console import Console
 
 from relight.cli._common import AddCommand, add_store_option, with_store
-from relight.cli._verdicts import add_builder_options, builder_from, left_out
+from relight.cli._verdicts import add_builder_options, builder_for, left_out, training_summary
 from relight.records import Mode
 from relight.store import Store
 from relight.transitions.builder import write_jsonl
@@ -36,18 +36,25 @@ def register(add_command: AddCommand) -> None:
 
 def export(args: argparse.Namespace) -> int:
     options = {} if args.gamma is None else {"gamma": args.gamma}
-    builder = builder_from(args, credit=args.credit, group_by_role=args.group_by_role, **options)
 
-    async def build(store: Store) -> list[RolloutVerdict]:
+    async def build(store: Store) -> tuple[list[RolloutVerdict], list[RolloutVerdict]]:
+        builder = await builder_for(store, args, credit=args.credit, group_by_role=args.group_by_role, **options)
         rollouts = await store.list_rollouts(mode=Mode(args.mode) if args.mode else None)
-        return [await builder.explain(store, rollout, training=False) for rollout in rollouts if rollout.is_finished]
+        finished = [rollout for rollout in rollouts if rollout.is_finished]
+        exported = [await builder.explain(store, rollout, training=False) for rollout in finished]
+        trained = [await builder.explain(store, rollout) for rollout in finished]
+        return exported, trained
 
-    verdicts = with_store(args, build)
+    exported, trained = with_store(args, build)
     count = write_jsonl(
-        (t for verdict in verdicts for t in verdict.transitions), sys.stdout if args.out == "-" else args.out
+        (t for verdict in exported for t in verdict.transitions), sys.stdout if args.out == "-" else args.out
     )
-    reasons = left_out(verdicts)
+    reasons = left_out(exported)
     Console(stderr=True).print(
-        f"wrote {count} transition(s)" + (f"; calls left out: {reasons}" if reasons else ""), highlight=False
+        f"wrote {count} transition(s)"
+        + (f"; calls left out: {reasons}" if reasons else "")
+        + f"; {training_summary(trained)}",
+        highlight=False,
+        soft_wrap=True,
     )
     return 0

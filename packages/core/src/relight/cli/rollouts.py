@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
@@ -19,11 +20,12 @@ from relight.cli._common import (
     styled_status,
     with_store,
 )
-from relight.cli._verdicts import add_builder_options, builder_from, verdict_tree
+from relight.cli._verdicts import add_builder_options, builder_for, verdict_tree
 from relight.cli.conversation import print_conversations
 from relight.records import Attempt, Mode, Rollout, RolloutStatus, Span
 from relight.store import Store
-from relight.transitions.builder import episode_return, last_attempt_spans
+from relight.summaries import SummaryFilter
+from relight.transitions.builder import TransitionBuilder, episode_return, last_attempt_spans
 
 
 def register(add_command: AddCommand) -> None:
@@ -47,7 +49,7 @@ def register(add_command: AddCommand) -> None:
         help="draw one rollout's attempts and spans as a tree",
         description="Draw a rollout: each attempt, and under it the attempt's spans nested by parent, with their "
         "kind, role, reward and token counts; then each LLM call with the reason it was or was not trained "
-        "(give the run's --role filter so the reasons match its training).",
+        "(judged with the role filter the run published; --role judges with another).",
     )
     show.add_argument("rollout_id", metavar="ROLLOUT_ID")
     add_store_option(show)
@@ -58,20 +60,25 @@ def register(add_command: AddCommand) -> None:
 
 
 def list_rollouts(args: argparse.Namespace) -> int:
-    async def read(store: Store) -> list[tuple[Rollout, float | None]]:
+    async def read(store: Store) -> tuple[list[tuple[Rollout, float | None]], int]:
         rollouts = await store.list_rollouts(
             status=args.status, mode=args.mode, group_id=args.group, limit=args.limit, offset=args.offset
         )
-        return [(rollout, episode_return(await last_attempt_spans(store, rollout.rollout_id))) for rollout in rollouts]
+        where = SummaryFilter(
+            statuses=[args.status] if args.status is not None else None, mode=args.mode, group_id=args.group
+        )
+        total = (await store.list_summaries(where, limit=1)).total
+        rows = [(rollout, episode_return(await last_attempt_spans(store, rollout.rollout_id))) for rollout in rollouts]
+        return rows, total
 
-    rows = with_store(args, read)
+    rows, total = with_store(args, read)
     if args.json:
         for rollout, reward in rows:
             print_json({**rollout.model_dump(mode="json"), "reward": reward})
         return 0
     console = output_console()
     full = not console.is_terminal
-    table = Table(title=f"{len(rows)} rollout(s)", title_justify="left")
+    table = Table(title=_page_title(len(rows), total, args), title_justify="left")
     table.add_column("id", no_wrap=True)
     table.add_column("status", no_wrap=True)
     table.add_column("mode", no_wrap=True)
@@ -94,11 +101,12 @@ def list_rollouts(args: argparse.Namespace) -> int:
 
 
 def show_rollout(args: argparse.Namespace) -> int:
-    async def read(store: Store) -> tuple[Rollout, list[Attempt], list[Span]]:
+    async def read(store: Store) -> tuple[Rollout, list[Attempt], list[Span], TransitionBuilder]:
         rollout = await store.get_rollout(args.rollout_id)
-        return rollout, await store.list_attempts(rollout.rollout_id), await store.query_spans(rollout.rollout_id)
+        attempts, spans = await store.list_attempts(rollout.rollout_id), await store.query_spans(rollout.rollout_id)
+        return rollout, attempts, spans, await builder_for(store, args)
 
-    rollout, attempts, spans = with_store(args, read)
+    rollout, attempts, spans, builder = with_store(args, read)
     if args.json:
         print_json(
             {
@@ -113,7 +121,7 @@ def show_rollout(args: argparse.Namespace) -> int:
         print_conversations(console, attempts, spans)
     else:
         console.print(rollout_tree(rollout, attempts, spans, full=not console.is_terminal))
-    console.print(verdict_tree(builder_from(args).explain_spans(rollout, attempts, spans)))
+    console.print(verdict_tree(builder.explain_spans(rollout, attempts, spans)))
     return 0
 
 
@@ -172,9 +180,14 @@ def span_label(span: Span, *, full: bool = False) -> str:
     response = _token_count(span, semconv.GEN_AI_USAGE_OUTPUT_TOKENS, semconv.RESPONSE_TOKEN_IDS)
     if prompt is not None or response is not None:
         parts.append(f"tokens {prompt if prompt is not None else '?'}→{response if response is not None else '?'}")
+    if (handed := attributes.get(semconv.HANDOFF_TO)) is not None:
+        parts.append(f"{attributes.get(semconv.HANDOFF_FROM)} → [magenta]{handed}[/]")
+    for key, label in ((semconv.GEN_AI_TOOL_CALL_ARGUMENTS, "arguments"), (semconv.GEN_AI_TOOL_CALL_RESULT, "result")):
+        if isinstance(value := attributes.get(key), str):
+            parts.append(f"{label} {escape(value if full else _short(value))}")
     parts.append(f"[dim]{(span.end_time - span.start_time) / 1e6:.1f} ms[/]")
     if span.status_code == "ERROR":
-        parts.append(f"[red]error {_gist(span.status_message, full=full) or ''}[/]")
+        parts.append(f"[red]error {escape(_gist(span.status_message, full=full) or '')}[/]")
     return "  ".join(parts)
 
 
@@ -192,6 +205,20 @@ def _gist(error: str | None, *, full: bool = False) -> str:
     if not lines:
         return ""
     return lines[-1] if full else _short(lines[-1])
+
+
+def _page_title(shown: int, total: int, args: argparse.Namespace) -> str:
+    """``50 of 72 rollout(s) (1-50; --offset 50 for the next page)``, or ``72 rollout(s)`` when all are shown."""
+    if shown == total and args.offset == 0:
+        return f"{total} rollout(s)"
+    first, last = args.offset + 1, args.offset + shown
+    more = args.offset + shown < total
+    hint = f"; --offset {last} for the next page, --limit N for longer pages" if more else ""
+    return (
+        f"{shown} of {total} rollout(s) ({first}-{last}{hint})"
+        if shown
+        else f"none of {total} rollout(s) at --offset {args.offset}"
+    )
 
 
 def _short(text: str, limit: int = 80) -> str:

@@ -18,6 +18,7 @@ import asyncio
 import hmac
 import json
 import logging
+import re
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any
@@ -26,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -91,7 +92,12 @@ class ListQuery(BaseModel):
 
 
 def create_app(
-    catalog: Catalog, *, decode: Decoder | None = None, token: str | None = None, closing: asyncio.Event | None = None
+    catalog: Catalog,
+    *,
+    decode: Decoder | None = None,
+    token: str | None = None,
+    closing: asyncio.Event | None = None,
+    live: bool = True,
 ) -> Starlette:
     """The dashboard over ``catalog``'s store.
 
@@ -100,11 +106,16 @@ def create_app(
         token: when set, every request needs it (``Authorization: Bearer``, the ``?token=`` the
             printed URL carries, or the cookie that sets).
         closing: set when the server is about to stop, so event streams end instead of holding it.
+        live: False serves a snapshot: the page opens no event stream (``?live=0`` asks for the same), so a
+            headless browser's screenshot returns once the page is drawn.
     """
     stopping = closing or asyncio.Event()
 
     async def index(request: Request) -> Response:
-        return FileResponse(STATIC / "index.html")
+        if live:
+            return FileResponse(STATIC / "index.html")
+        page = (STATIC / "index.html").read_text(encoding="utf-8").replace("<body>", '<body data-live="off">', 1)
+        return HTMLResponse(page)
 
     async def overview(request: Request) -> Response:
         stats = await catalog.store.stats()
@@ -114,7 +125,8 @@ def create_app(
                 "rollouts": catalog.count,
                 "pending": catalog.pending,
                 "version": catalog.version,
-                "roles": catalog.builder.roles if isinstance(catalog.builder.roles, str | None) else None,
+                "roles": _described_roles(catalog.builder),
+                "live": live,
                 "decoded": decode is not None,
                 "reasons": [reason.value for reason in Reason],
             }
@@ -247,3 +259,13 @@ class _TokenGuard:
             await send(message)
 
         await self.app(scope, receive, send_with_cookie)
+
+
+def _described_roles(builder: TransitionBuilder) -> str | list[str] | None:
+    """The role filter the verdicts use, as the page shows it: a regular expression or the exact roles."""
+    roles = builder.roles
+    if roles is None or isinstance(roles, str):
+        return roles
+    if isinstance(roles, re.Pattern):
+        return roles.pattern
+    return list(roles)

@@ -21,6 +21,7 @@ from relight.records import Mode, RolloutStatus
 from relight.store import Store
 from relight.summaries import RolloutSummary, SummaryFilter, SummaryPage
 from relight.transitions.builder import TransitionBuilder
+from relight.transitions.run_config import builder_of_run, describe
 
 __all__ = ["Catalog", "row_json"]
 
@@ -79,6 +80,9 @@ class Catalog:
     def __init__(self, store: Store, builder: TransitionBuilder | None = None) -> None:
         self.store = store
         self.builder = builder or TransitionBuilder()
+        self._builder_given = builder is not None
+        """Without one, the run's own (:func:`relight.transitions.run_config.builder_of_run`), followed as it
+        publishes."""
         self.roles: set[str] = set()
         """Every role a role span has named: the reason filter's ``filtered role`` needs them."""
         self.pending = 0
@@ -103,7 +107,7 @@ class Catalog:
     async def refresh(self) -> bool:
         """Read the summaries that changed since the last refresh; returns whether any rollout moved."""
         async with self._lock:
-            moved = False
+            moved = await self._follow_run()
             after = max(0, self._seen - _WINDOW)
             while True:
                 page = await self.store.list_summaries(SummaryFilter(changed_after=after), limit=_PAGE)
@@ -121,6 +125,18 @@ class Catalog:
                     self._bump()  # a first read of a large store shows its progress as it goes
                 if len(page.rows) < _PAGE:
                     return moved
+
+    async def _follow_run(self) -> bool:
+        """Judge with the role filter the run published; when it changes, every rollout is judged again."""
+        if self._builder_given:
+            return False
+        run = await builder_of_run(self.store)
+        if run is None or describe(run) == describe(self.builder):
+            return False
+        self.builder = run
+        self._points.clear()
+        self._seen = 0
+        return True
 
     def _bump(self) -> None:
         self.version += 1

@@ -89,6 +89,10 @@ def _span_row(span: Span, depth: int, origin: int) -> dict[str, object]:
         "role": attributes.get(semconv.ROLE),
         "reward": attributes.get(semconv.REWARD),
         "tool": attributes.get(semconv.GEN_AI_TOOL_NAME),
+        "arguments": attributes.get(semconv.GEN_AI_TOOL_CALL_ARGUMENTS),
+        "result": attributes.get(semconv.GEN_AI_TOOL_CALL_RESULT),
+        "handoff_from": attributes.get(semconv.HANDOFF_FROM),
+        "handoff_to": attributes.get(semconv.HANDOFF_TO),
     }
 
 

@@ -5,9 +5,13 @@ reads them all), so the list reads reasons off the store's summaries (:mod:`reli
 the rollout's status, mode and drop mark decide reasons that hold for every call, exactly as
 ``explain`` does; within a trained rollout, failed calls are ``failed call``, calls of roles the
 builder's role filter refuses (counted by their role spans) are ``filtered role`` and the rest
-without token ids are ``no token ids``. That last split assumes each call has one role span (as
-every adapter records) and that untrainable calls belong to trained roles; where it does not hold
-the counts may differ by a call. A rollout's own page judges its spans, exactly.
+without token ids are ``no token ids``, and the rest carry the reason the trainer marked the
+attempt with when an update did not learn from it (``update skipped``, ``group without signal``).
+That split assumes each call has one role span (as every adapter records) and that untrainable
+calls belong to trained roles; where it does not hold the counts may differ by a call. Two things
+only the spans tell: a call that no update has used yet (``not in an update``: the run stopped
+first) and a group without signal inside an attempt whose other groups were learned from
+(grouping by role) count here as trained. A rollout's own page judges its spans, exactly.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ NOTHING = SummaryFilter(statuses=[])
 """A filter no summary passes."""
 
 _DROPS = {DropReason.STALENESS.value: Reason.STALE, DropReason.AGED_OUT.value: Reason.AGED_OUT}
+_UNLEARNED = {DropReason.UPDATE_SKIPPED.value: Reason.UPDATE_SKIPPED, DropReason.NO_SIGNAL.value: Reason.NO_SIGNAL}
+"""Marks an update leaves on the calls it was given and did not learn from."""
 
 
 def _rollout_reason(summary: RolloutSummary, builder: TransitionBuilder) -> Reason | None:
@@ -59,10 +65,13 @@ def reasons_of(summary: RolloutSummary, builder: TransitionBuilder) -> Counter[R
         refused = sum(count for role, count in summary.roles.items() if not role_matches(builder.roles, role))
         without_role = max(0, kept - sum(summary.roles.values()))  # no role span: no role, refused by any filter
         filtered = min(kept, refused + without_role)
+    untrainable = min(summary.untrainable_calls, kept - filtered)
+    unlearned = _UNLEARNED.get(summary.dropped or "")
     counts = {
         Reason.FAILED_CALL: summary.failed_calls,
         Reason.FILTERED_ROLE: filtered,
-        Reason.NO_TOKEN_IDS: min(summary.untrainable_calls, kept - filtered),
+        Reason.NO_TOKEN_IDS: untrainable,
+        **({unlearned: kept - filtered - untrainable} if unlearned is not None else {}),
     }
     reasons.update({reason: count for reason, count in counts.items() if count})
     return reasons
@@ -76,8 +85,8 @@ def refused_roles(roles: set[str], builder: TransitionBuilder) -> list[str]:
 def reason_filter(reason: Reason, builder: TransitionBuilder, roles: set[str]) -> SummaryFilter:
     """The summaries with at least one call left out for ``reason``; ``roles`` are the store's known roles.
 
-    A retried attempt's calls are never counted by the list (it judges latest attempts), so that
-    reason matches nothing here; the rollout page shows them.
+    A retried attempt's calls are never counted by the list (it judges latest attempts), nor a call
+    no update has used, so those reasons match nothing here; the rollout page shows them.
     """
     trained = [RolloutStatus.SUCCEEDED, *([RolloutStatus.FAILED] if builder.include_failed else [])]
     match reason:
@@ -90,6 +99,11 @@ def reason_filter(reason: Reason, builder: TransitionBuilder, roles: set[str]) -
         case Reason.STALE | Reason.AGED_OUT:
             dropped = next(value for value, known in _DROPS.items() if known is reason)
             return SummaryFilter(dropped=dropped, min_calls=1)
+        case Reason.UPDATE_SKIPPED | Reason.NO_SIGNAL:
+            dropped = next(value for value, known in _UNLEARNED.items() if known is reason)
+            return SummaryFilter(statuses=trained, mode=Mode.TRAIN, dropped=dropped, min_calls=1)
+        case Reason.NOT_UPDATED:
+            return NOTHING
         case Reason.VALIDATION:
             return SummaryFilter(statuses=trained, mode=Mode.VAL, min_calls=1)
         case Reason.FAILED_CALL:

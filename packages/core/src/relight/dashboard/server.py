@@ -40,6 +40,10 @@ class Dashboard:
         decode: token ids to text for the token view (see :func:`decoder_of`).
         token: required beyond loopback, as for the store server.
         interval: seconds between two polls of the store.
+        live: False serves a snapshot page that opens no event stream (see :func:`create_app`).
+
+    Without a ``builder``, calls are judged with the role filter the run published
+    (:func:`relight.transitions.run_config.builder_of_run`), read again as the store changes.
     """
 
     def __init__(
@@ -52,6 +56,7 @@ class Dashboard:
         decode: Decoder | None = None,
         token: str | None = None,
         interval: float = 1.0,
+        live: bool = True,
     ) -> None:
         check_exposure(host, token)
         self.catalog = Catalog(store, builder)
@@ -59,7 +64,7 @@ class Dashboard:
         self.interval = interval
         self._closing = asyncio.Event()
         self._server = AsgiServer(
-            create_app(self.catalog, decode=decode, token=token, closing=self._closing), host=host, port=port
+            create_app(self.catalog, decode=decode, token=token, closing=self._closing, live=live), host=host, port=port
         )
         self._follower: asyncio.Task[None] | None = None
 

@@ -68,6 +68,9 @@ class Gateway(AsgiServer):
         policy_version: recorded on each span unless the upstream reports its own; the trainer
             sets :attr:`policy_version` after each update.
         max_body_bytes: larger requests are refused with 413.
+        default_max_tokens: the output cap given to a chat or completions request that sets none
+            (``max_tokens``/``max_completion_tokens``), so one call cannot generate for ever; None
+            leaves it to the upstream. Recorded on the span like a cap the client set.
         batcher: where spans are submitted; by default one of the gateway's own, on its loop.
 
     Serve it with ``async with`` on the event loop the store belongs to (``with`` serves it on a
@@ -82,6 +85,7 @@ class Gateway(AsgiServer):
         retokenizer: Retokenizer | None = None,
         policy_version: int | None = None,
         max_body_bytes: int = 32 * 2**20,
+        default_max_tokens: int | None = None,
         batcher: SpanBatcher | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
@@ -91,6 +95,7 @@ class Gateway(AsgiServer):
         self.retokenizer = retokenizer
         self.policy_version = policy_version
         self.max_body_bytes = max_body_bytes
+        self.default_max_tokens = default_max_tokens
         self.stats = GatewayStats()
         self._sessions = SessionChecker(store)
         self._batcher = batcher
@@ -228,6 +233,7 @@ class Gateway(AsgiServer):
         client asked for. Raises GatewayError: 4xx for a bad request, 502 when the upstream failed.
         """
         validate_request(endpoint, body)
+        body = self._capped(body)
         exchange = self._exchange(session, endpoint, body, response_id, trace_parent)
         await self._enter()
         try:
@@ -263,6 +269,7 @@ class Gateway(AsgiServer):
         or the client goes away.
         """
         validate_request(endpoint, body)
+        body = self._capped(body)
         exchange = self._exchange(session, endpoint, body, response_id, trace_parent)
         await self._enter()
         try:
@@ -283,6 +290,12 @@ class Gateway(AsgiServer):
         finally:
             self._leave()
             self._record(exchange)
+
+    def _capped(self, body: Json) -> Json:
+        """``body`` with :attr:`default_max_tokens` when it sets no output cap of its own."""
+        if self.default_max_tokens is None or body.get("max_tokens") or body.get("max_completion_tokens"):
+            return body
+        return {**body, "max_tokens": self.default_max_tokens}
 
     def _exchange(
         self,

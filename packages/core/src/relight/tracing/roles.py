@@ -1,9 +1,15 @@
-"""Role and tool spans: how an adapter tells relight which agent made an LLM call or ran a tool.
+"""Role, tool and handoff spans: how an adapter tells relight which agent made an LLM call, ran a tool
+or handed control to another.
 
 The gateway sees every LLM call with its token ids but not which agent made it; the framework
 knows the agent but not the token ids. An adapter records one *role span* per LLM call (and one
 *tool span* per tool run) inside the rollout attempt; transitions join each role span to the
 gateway's LLM span by response id, then by request messages, then by order within the attempt.
+
+Tool spans carry the call's arguments and the tool's result or error, each cut to
+:data:`MAX_TOOL_TEXT` characters so a tool that returns a web page cannot bloat the store. A
+handoff span (one agent passing control to another) is a span of its own, so a multi-agent
+rollout's structure shows in ``relight dev``, ``relight show`` and the dashboard.
 
 Start a span where the framework reports the call starting, in the agent's context, so it is
 tagged with the right attempt even when the framework reports the end from elsewhere. Outside a
@@ -23,7 +29,26 @@ from relight.records import SpanKind
 from relight.tracing import otel as tracing
 from relight.tracing.context import current_attempt
 
-__all__ = ["end_role_span", "end_tool_span", "start_role_span", "start_tool_span"]
+__all__ = [
+    "MAX_TOOL_TEXT",
+    "bounded",
+    "end_role_span",
+    "end_tool_span",
+    "record_handoff",
+    "start_role_span",
+    "start_tool_span",
+]
+
+MAX_TOOL_TEXT = 2000
+"""Characters of a tool's arguments or result kept on its span; the rest is cut and marked."""
+
+
+def bounded(value: Any, limit: int = MAX_TOOL_TEXT) -> str:
+    """``value`` as text (JSON where it is data), cut to ``limit`` characters with a note of how much was cut."""
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"… [{len(text) - limit} more characters]"
 
 
 def start_role_span(
@@ -83,9 +108,10 @@ def start_tool_span(
     framework: str,
     call_id: str | None = None,
     run_id: str | None = None,
+    arguments: Any = None,
     start_time: int | None = None,
 ) -> Span | None:
-    """Open the span of one tool run requested by ``role``'s LLM call ``call_id``."""
+    """Open the span of one tool run requested by ``role``'s LLM call ``call_id``, with its ``arguments``."""
     if current_attempt() is None:
         return None
     attributes: dict[str, str] = {
@@ -98,21 +124,55 @@ def start_tool_span(
         attributes[semconv.GEN_AI_TOOL_CALL_ID] = call_id
     if run_id is not None:
         attributes[semconv.FRAMEWORK_RUN_ID] = run_id
+    if arguments is not None:
+        attributes[semconv.GEN_AI_TOOL_CALL_ARGUMENTS] = bounded(arguments)
     return tracing.tracer().start_span(f"execute_tool {tool_name}", attributes=attributes, start_time=start_time)
 
 
 def end_tool_span(
-    span: Span, *, success: bool, error: BaseException | None = None, end_time: int | None = None
+    span: Span,
+    *,
+    success: bool,
+    error: BaseException | str | None = None,
+    result: Any = None,
+    end_time: int | None = None,
 ) -> None:
-    """Close a tool span; ``success`` feeds automatic intermediate rewards."""
+    """Close a tool span with the tool's ``result`` or ``error``; ``success`` feeds automatic intermediate rewards.
+
+    ``error`` may be the exception or, where the framework reports only text, its message.
+    """
     span.set_attribute(semconv.TOOL_SUCCESS, success)
-    if not success and error is None:
-        span.set_status(Status(StatusCode.ERROR))
+    if result is not None:
+        span.set_attribute(semconv.GEN_AI_TOOL_CALL_RESULT, bounded(result))
+    if isinstance(error, str):
+        span.set_status(Status(StatusCode.ERROR, bounded(error)))
+        error = None
+    elif not success and error is None:
+        span.set_status(Status(StatusCode.ERROR, "the tool failed"))
     _end(span, error, end_time)
+
+
+def record_handoff(
+    from_role: str, to_role: str, *, framework: str, start_time: int | None = None, end_time: int | None = None
+) -> None:
+    """Record that ``from_role`` handed control to ``to_role`` (a span of its own, kind ``handoff``)."""
+    if current_attempt() is None:
+        return
+    attributes: dict[str, str] = {
+        semconv.SPAN_KIND: SpanKind.HANDOFF.value,
+        semconv.HANDOFF_FROM: from_role,
+        semconv.HANDOFF_TO: to_role,
+        semconv.ROLE: from_role,
+        semconv.FRAMEWORK: framework,
+    }
+    span = tracing.tracer().start_span(
+        f"handoff {from_role} -> {to_role}", attributes=attributes, start_time=start_time
+    )
+    span.end(end_time)
 
 
 def _end(span: Span, error: BaseException | None, end_time: int | None) -> None:
     if error is not None:
         span.set_attribute(semconv.ERROR_TYPE, type(error).__name__)
-        span.set_status(Status(StatusCode.ERROR, str(error)))
+        span.set_status(Status(StatusCode.ERROR, bounded(str(error))))
     span.end(end_time)

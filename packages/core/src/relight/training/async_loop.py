@@ -64,7 +64,7 @@ from relight.store import Store
 from relight.training.loop import LoopHooks, Resume, TrainingLoop, group_id, group_requests, step_metrics
 from relight.training.options import TrainerOptions
 from relight.transitions.drops import DropReason, mark_dropped
-from relight.transitions.trained_calls import record_trained
+from relight.transitions.trained_calls import record_update
 
 __all__ = ["POLL_SECONDS", "AsyncTraining", "LoopHooks"]
 
@@ -397,7 +397,7 @@ class AsyncTraining(TrainingLoop):
             async with self.gateway.paused():
                 learned = await self.algorithm.update(transitions)
         updated = time.perf_counter()
-        await record_trained(self.store, self.algorithm, transitions, self.algorithm.policy_version)
+        await record_update(self.store, self.algorithm, transitions, version_before=version)
         rollouts = [rollout for group in batch for rollout in group.rollouts]
         returns = await self.hooks.returns(rollouts)
         metrics: dict[str, float] = {

@@ -12,17 +12,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 
 from relight.records import Rollout, RolloutRequest, Transition
+from relight.transitions.signal import flat_groups
 
-__all__ = ["flat_groups", "sample_until_signal"]
-
-
-def flat_groups(transitions: Sequence[Transition], *, tolerance: float = 1e-9) -> set[str]:
-    """The group ids whose transitions all carry the same reward (to ``tolerance``): no advantage to learn from."""
-    spans: dict[str, tuple[float, float]] = {}
-    for transition in transitions:
-        low, high = spans.get(transition.group_id, (transition.reward, transition.reward))
-        spans[transition.group_id] = (min(low, transition.reward), max(high, transition.reward))
-    return {group for group, (low, high) in spans.items() if high - low <= tolerance}
+__all__ = ["flat_groups", "no_signal_warning", "sample_until_signal"]
 
 
 async def sample_until_signal(
@@ -58,3 +50,25 @@ def _again(request: RolloutRequest, round_: int) -> RolloutRequest:
     if request.rollout_id is None:
         return request
     return request.model_copy(update={"rollout_id": f"{request.rollout_id}-r{round_}"})
+
+
+def no_signal_warning(step: int, transitions: Sequence[Transition], *, dynamic_sampling: int) -> str:
+    """What to tell a user whose step has no group with signal: why, and what can help given the rewards seen.
+
+    Sampling again (dynamic sampling) helps only when some samples of a task can differ; when every
+    reward of the step is the same (a 0/1 reward the agent never earns), the policy itself must
+    change first, so the warning names what changes it.
+    """
+    groups = len({t.group_id for t in transitions})
+    rewards = {round(t.reward, 9) for t in transitions}
+    text = f"step {step}: all {groups} group(s) have equal rewards, so there is no learning signal this step"
+    if len(rewards) == 1:
+        (reward,) = rewards
+        return (
+            f"{text}: every call's reward is {reward:g}. What can help: a warm start on demonstrations "
+            "(relight_torch.SFT on good transcripts), a graded reward (partial credit instead of 0/1), "
+            "forcing the first tool call (force_first_tool_call on relight_torch's server or tiny_engine), "
+            "or easier tasks"
+        )
+    hint = "" if dynamic_sampling else "; Trainer(dynamic_sampling=N) samples flat tasks again"
+    return f"{text} (GRPO skips such groups){hint}"

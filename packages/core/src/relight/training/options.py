@@ -22,6 +22,7 @@ class GatewayOptions(TypedDict, total=False):
     port: int
     retokenizer: Retokenizer
     max_body_bytes: int
+    default_max_tokens: int | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

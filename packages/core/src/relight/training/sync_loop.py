@@ -20,10 +20,10 @@ from relight.algorithm import Algorithm
 from relight.gateway import Gateway
 from relight.records import Resources, Rollout, RolloutRequest, Transition
 from relight.store import Store
-from relight.training.learning_signal import flat_groups, sample_until_signal
+from relight.training.learning_signal import flat_groups, no_signal_warning, sample_until_signal
 from relight.training.loop import LoopHooks, Resume, TrainingLoop, group_id, group_requests, step_metrics
 from relight.training.options import TrainerOptions
-from relight.transitions.trained_calls import record_trained
+from relight.transitions.trained_calls import record_update
 
 __all__ = ["RunBatch", "SyncTraining"]
 
@@ -106,15 +106,13 @@ class SyncTraining(TrainingLoop):
         rollouts, transitions, rounds = await sample_until_signal(requests, run, build, rounds=options.dynamic_sampling)
         groups, flat = len({t.group_id for t in transitions}), len(flat_groups(transitions))
         if groups and flat == groups:
-            self.warn(
-                f"step {step}: all {groups} group(s) have equal rewards, so there is no learning signal this "
-                "step (GRPO skips such groups); Trainer(dynamic_sampling=N) samples flat tasks again"
-            )
+            self.warn(no_signal_warning(step, transitions, dynamic_sampling=options.dynamic_sampling))
         rolled = time.perf_counter()
+        before = self.algorithm.policy_version
         async with self.gateway.paused():
             learned = await self.algorithm.update(transitions)
         updated = time.perf_counter()
-        await record_trained(self.store, self.algorithm, transitions, self.algorithm.policy_version)
+        await record_update(self.store, self.algorithm, transitions, version_before=before)
         return step_metrics(
             step,
             learned,

@@ -39,7 +39,7 @@ from relight._internal import loop as _loop
 from relight._internal.server import AsgiServer
 from relight.agent import Agent
 from relight.algorithm import Algorithm, UpstreamTarget
-from relight.errors import ConfigError
+from relight.errors import ConfigError, NotFoundError
 from relight.gateway import Gateway, OpenAIUpstream, Upstream
 from relight.plugins import open_store
 from relight.records import Mode, Resources, Rollout, RolloutRequest, RolloutStatus
@@ -49,7 +49,7 @@ from relight.runners.runner import Runner
 from relight.runners.supervisor import RunnerSupervisor
 from relight.store import DEFAULT_LEASE_SECONDS, Store
 from relight.training.async_loop import AsyncTraining
-from relight.training.dev_report import DevResult, dev_result, dev_table
+from relight.training.dev_report import DevResult, dev_result, dev_row, dev_table
 from relight.training.loop import LoopHooks, Resume, TrainingLoop
 from relight.training.options import GatewayOptions, TrainerOptions
 from relight.training.progress import RunProgress
@@ -58,8 +58,15 @@ from relight.training.role_check import RoleCheck
 from relight.training.run_folder import RunFolder, default_run_dir
 from relight.training.sync_loop import SyncTraining
 from relight.transitions.builder import TransitionBuilder, episode_return, last_attempt_spans
+from relight.transitions.run_config import TRANSITIONS_ITEM, describe
 
-__all__ = ["DevResult", "GatewayOptions", "Trainer", "TrainerOptions"]
+__all__ = ["DEV_MAX_TOKENS", "DEV_TIMEOUT", "DevResult", "GatewayOptions", "Trainer", "TrainerOptions"]
+
+
+DEV_MAX_TOKENS = 1024
+"""Dev mode's output cap for a call whose request sets none (``Trainer.dev(max_tokens=...)`` changes it)."""
+DEV_TIMEOUT = 300.0
+"""Seconds a dev rollout may run (``Trainer.dev(timeout=...)`` or ``Trainer(timeout=...)`` changes it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,13 +254,17 @@ class Trainer:
                         history.append(validation)
                 training: TrainingLoop | None = None
 
+                saved = [algorithm.policy_version]
+
                 async def finish_step(metrics: dict[str, float], resources: Resources) -> dict[str, float]:
-                    """After an update: checkpoint, the metrics file, validation on schedule."""
+                    """After an update: a checkpoint if the weights changed, metrics, validation on schedule."""
                     step = int(metrics["step"])
-                    position = training.position() if training is not None else {}
-                    await asyncio.to_thread(checkpoints.save, step, algorithm, loop=position, metrics=metrics)
-                    if self.options.checkpoint_dir is None:
-                        run.prune_checkpoints()
+                    if algorithm.policy_version != saved[0]:  # a skipped update leaves no checkpoint
+                        position = training.position() if training is not None else {}
+                        await asyncio.to_thread(checkpoints.save, step, algorithm, loop=position, metrics=metrics)
+                        saved[0] = algorithm.policy_version
+                        if self.options.checkpoint_dir is None:
+                            run.prune_checkpoints()
                     run.record("train", metrics)
                     if val_dataset and self.options.val_every and step % self.options.val_every == 0:
                         validation = await self._validate(loop, val_dataset, resources, step)
@@ -340,17 +351,37 @@ class Trainer:
         await loop.gateway.flush()
         returns = await self._returns(loop.store, rollouts)
         succeeded = sum(r.status is RolloutStatus.SUCCEEDED for r in rollouts)
+        # val_completed_rate: the share of validation rollouts that ran to the end without an error,
+        # whatever reward they earned (the reward is val_reward_mean's).
         return {
             "step": step,
             "val_reward_mean": statistics.fmean(returns) if returns else 0.0,
-            "val_success_rate": succeeded / len(rollouts),
+            "val_completed_rate": succeeded / len(rollouts),
         }
 
     async def _publish(self, loop: _Loop, algorithm: Algorithm) -> Resources:
-        """Make the algorithm's current policy the served and published one."""
+        """Make the algorithm's current policy the served and published one.
+
+        A version is published only when it differs from the last one the store holds (an update that
+        changed no weights, or a resumed run, publishes nothing), so resources versions, policy versions
+        and the dashboard's versions stay one count. The items also say how the run turns calls into
+        transitions (:func:`relight.transitions.run_config.describe`), so ``relight show`` and the
+        dashboard judge calls as the run did.
+        """
         loop.gateway.policy_version = algorithm.policy_version
-        items: dict[str, JsonValue] = {"model": algorithm.model, "policy_version": algorithm.policy_version}
-        return await loop.store.publish_resources({**items, **algorithm.resources()})
+        items: dict[str, JsonValue] = {
+            "model": algorithm.model,
+            "policy_version": algorithm.policy_version,
+            TRANSITIONS_ITEM: describe(self.options.transitions),
+            **algorithm.resources(),
+        }
+        try:
+            latest = await loop.store.get_resources()
+        except NotFoundError:
+            latest = None
+        if latest is not None and latest.items == items:
+            return latest
+        return await loop.store.publish_resources(items)
 
     async def _returns(self, store: Store, rollouts: Sequence[Rollout]) -> list[float]:
         """Each succeeded rollout's return (the sum of its last attempt's rewards; 0 when it had none)."""
@@ -371,9 +402,22 @@ class Trainer:
         model: str | None = None,
         api_key: str | None = None,
         vllm: bool | None = None,
+        max_tokens: int | None = DEV_MAX_TOKENS,
+        timeout: float | None = DEV_TIMEOUT,
     ) -> list[DevResult]:
         """Run each task once against ``base_url`` (or the algorithm's policy) and print what happened."""
-        return _loop.run(self.adev(agent, dataset, base_url=base_url, model=model, api_key=api_key, vllm=vllm))
+        return _loop.run(
+            self.adev(
+                agent,
+                dataset,
+                base_url=base_url,
+                model=model,
+                api_key=api_key,
+                vllm=vllm,
+                max_tokens=max_tokens,
+                timeout=timeout,
+            )
+        )
 
     async def adev(
         self,
@@ -384,8 +428,15 @@ class Trainer:
         model: str | None = None,
         api_key: str | None = None,
         vllm: bool | None = None,
+        max_tokens: int | None = DEV_MAX_TOKENS,
+        timeout: float | None = DEV_TIMEOUT,
     ) -> list[DevResult]:
         """:meth:`dev` on the running event loop.
+
+        Each task runs once. A row is printed as each rollout ends, and a table once all have; the
+        rollouts stay in the store the table names (``Trainer(store=...)``, else a SQLite file in a
+        ``runs/dev-<date>-<time>/`` folder), so an interrupted run keeps the ones that ended and
+        ``relight show ROLLOUT --store URL`` reads any of them.
 
         Args:
             base_url: an OpenAI-compatible endpoint (``https://api.openai.com/v1``, a local vLLM).
@@ -393,6 +444,10 @@ class Trainer:
             api_key: for ``base_url``; ``OPENAI_API_KEY`` by default.
             vllm: ask the endpoint for vLLM's token ids: by default the gateway finds out whether it
                 takes them (see :class:`relight.gateway.OpenAIUpstream`); False never asks.
+            max_tokens: the output cap of a call whose request sets none (many frameworks send
+                none, and a small model may never stop); None leaves it to the endpoint.
+            timeout: seconds a rollout may run before it fails with a timeout (``Trainer(timeout=...)``
+                when set wins); None waits for ever.
         """
         upstreams: Sequence[UpstreamTarget | Upstream]
         if base_url is not None:
@@ -405,36 +460,63 @@ class Trainer:
         model = model or (self.algorithm.model if self.algorithm is not None else None)
         if not model:
             raise ConfigError("dev() needs model=<the model name to call>")
-        async with self._loop(agent, upstreams, model, self.options.store or "memory://") as loop:
-            requests = [
-                RolloutRequest(input=task, mode=Mode.VAL, max_attempts=self.options.max_attempts) for task in dataset
-            ]
-            rollouts = await self._run_batch(loop, requests, "dev")
-            await loop.gateway.flush()
-            results = [await dev_result(loop.store, rollout) for rollout in rollouts]
-        self.console.print(dev_table(results))
+        store_url = self.options.store if self.options.store is not None else dev_store_url()
+        named = _named(store_url)
+        self.console.print(f"relight dev: {len(dataset)} task(s); rollouts kept in {named}", highlight=False)
+        gateway = GatewayOptions(self.options.gateway)
+        gateway.setdefault("default_max_tokens", max_tokens)
+        limit = self.options.timeout if self.options.timeout is not None else timeout
+        results: list[DevResult] = []
+        async with self._loop(agent, upstreams, model, store_url, gateway=gateway, timeout=limit) as loop:
+            requests = [RolloutRequest(input=task, mode=Mode.VAL, max_attempts=1) for task in dataset]
+            rollouts = await loop.store.enqueue(requests)
+            try:
+                async for finished in _as_finished(loop, rollouts):
+                    await loop.gateway.flush()
+                    results.append(await dev_result(loop.store, finished))
+                    self.console.print(dev_row(results[-1]))
+            except asyncio.CancelledError:
+                self.console.print(
+                    f"relight dev: interrupted; {len(results)} of {len(rollouts)} rollout(s) ended, kept in {named}",
+                    highlight=False,
+                )
+                raise
+        order = {rollout.rollout_id: index for index, rollout in enumerate(rollouts)}
+        results.sort(key=lambda result: order[result.rollout.rollout_id])
+        self.console.print(dev_table(results, store=named))
         return results
 
     # -- shared machinery -------------------------------------------------------------------------
 
     @asynccontextmanager
     async def _loop(
-        self, agent: Agent, upstreams: Sequence[UpstreamTarget | Upstream], model: str, store_url: Store | str
+        self,
+        agent: Agent,
+        upstreams: Sequence[UpstreamTarget | Upstream],
+        model: str,
+        store_url: Store | str,
+        *,
+        gateway: GatewayOptions | None = None,
+        timeout: float | None = None,
     ) -> AsyncGenerator[_Loop]:
-        """A store, a gateway in front of ``upstreams`` and runners working on them, for the block's duration."""
+        """A store, a gateway in front of ``upstreams`` and runners working on them, for the block's duration.
+
+        ``gateway`` and ``timeout`` replace the trainer's gateway options and attempt timeout (dev mode's).
+        """
         store = open_store(store_url) if isinstance(store_url, str) else store_url
         try:
             async with Gateway(
                 store,
                 upstreams,
                 policy_version=self.algorithm.policy_version if self.algorithm is not None else None,
-                **self.options.gateway,
-            ) as gateway:
+                **(gateway if gateway is not None else self.options.gateway),
+            ) as gateway_server:
+                gateway_url = gateway_server.url
                 options: dict[str, Any] = {
-                    "gateway_url": gateway.url,
+                    "gateway_url": gateway_url,
                     "model": model,
                     "concurrency": self.options.concurrency,
-                    "timeout": self.options.timeout,
+                    "timeout": timeout if timeout is not None else self.options.timeout,
                     "lease_seconds": self.options.lease_seconds,
                     "heartbeat_seconds": self.options.heartbeat_seconds,
                 }
@@ -442,14 +524,14 @@ class Trainer:
                     async with self._shared(store, store_url) as shared_url:
                         await asyncio.to_thread(self.options.runners.start, agent, shared_url, **options)
                         try:
-                            yield _Loop(store, gateway)
+                            yield _Loop(store, gateway_server)
                         finally:
                             await asyncio.to_thread(self.options.runners.stop)
                 elif self.options.n_runners == 1 and not self.options.runner_process:
-                    runner = Runner(agent, store, gateway=gateway, **options)
+                    runner = Runner(agent, store, gateway=gateway_server, **options)
                     running = asyncio.create_task(runner.run())
                     try:
-                        yield _Loop(store, gateway)
+                        yield _Loop(store, gateway_server)
                     finally:
                         runner.stop()
                         await running
@@ -460,7 +542,7 @@ class Trainer:
                         supervisor = RunnerSupervisor(processes, store, max_restarts=self.options.max_runner_restarts)
                         supervisor.start()
                         try:
-                            yield _Loop(store, gateway, supervisor)
+                            yield _Loop(store, gateway_server, supervisor)
                         finally:
                             await supervisor.stop()
                             await asyncio.to_thread(processes.stop)
@@ -517,6 +599,26 @@ class Trainer:
 def _last_step(run: RunFolder) -> int:
     """The last training step the run's metrics file shows (0 when none): how far the killed run had got."""
     return max((int(row.get("step", 0)) for row in run.read_rows() if row["kind"] == "train"), default=0)
+
+
+def dev_store_url() -> str:
+    """A SQLite store in a new ``runs/dev-<date>-<time>/`` folder, so a dev run's rollouts outlive it."""
+    folder = default_run_dir()
+    folder = folder.with_name(f"dev-{folder.name}")
+    folder.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{(folder / 'store.db').resolve()}"
+
+
+async def _as_finished(loop: _Loop, rollouts: Sequence[Rollout]) -> AsyncGenerator[Rollout]:
+    """Each of ``rollouts`` as it ends (read again from the store), in the order they end."""
+    pending = {rollout.rollout_id for rollout in rollouts}
+    while pending:
+        for rollout in await loop.store.wait(sorted(pending), timeout=0.5):
+            if rollout.is_finished and rollout.rollout_id in pending:
+                pending.discard(rollout.rollout_id)
+                yield rollout
+        if loop.supervisor is not None:
+            loop.supervisor.check()
 
 
 def _named(store: Store | str) -> str:

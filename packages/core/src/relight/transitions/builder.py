@@ -29,6 +29,7 @@ from relight.records import Attempt, AttemptStatus, Mode, Rollout, RolloutStatus
 from relight.store import Store
 from relight.transitions.credit import Call, CreditAssigner, Episode, Event
 from relight.transitions.drops import DropReason, dropped_reason
+from relight.transitions.trained_calls import trained_calls
 from relight.transitions.verdicts import CallVerdict, Note, Reason, RolloutVerdict
 
 __all__ = [
@@ -122,8 +123,11 @@ class TransitionBuilder:
     async def explain(self, store: Store, rollout: Rollout, *, training: bool = True) -> RolloutVerdict:
         """Every LLM call of ``rollout``, each with the transition it became or why it became none.
 
-        ``training`` judges as :meth:`relight.Trainer.fit` does, which never trains a validation rollout
-        nor one whose group it dropped (:mod:`relight.transitions.drops`); without it, as ``relight export`` does.
+        ``training`` judges what :meth:`relight.Trainer.fit` trained: a call is trained only when the
+        store records that an update which changed the weights learned from it
+        (:mod:`relight.transitions.trained_calls`); a validation rollout, a group it dropped
+        (:mod:`relight.transitions.drops`), a skipped update or a group without signal is not. Without
+        it, which calls can become transitions, as ``relight export`` writes them.
         """
         attempts = await store.list_attempts(rollout.rollout_id)
         return self.explain_spans(rollout, attempts, await store.query_spans(rollout.rollout_id), training=training)
@@ -140,8 +144,10 @@ class TransitionBuilder:
         """:meth:`explain` on a rollout's attempts and spans already read (``build``: see :meth:`judge`)."""
         used = _attempt_to_use(rollout, attempts, self.include_failed)
         judged = used or (attempts[-1].attempt_id if attempts else None)
-        dropped = dropped_reason(span for span in spans if span.attempt_id == judged) if training else None
-        reason = _DROPS[dropped] if dropped is not None else _rollout_reason(rollout, used, training)
+        own = [span for span in spans if span.attempt_id == judged]
+        dropped = dropped_reason(own) if training else None
+        whole = _DROPS.get(dropped) if dropped is not None else None
+        reason = whole if whole is not None else _rollout_reason(rollout, used, training)
         calls: list[CallVerdict] = []
         for attempt in attempts:
             verdicts = self.judge(rollout, attempt.attempt_id, spans, build=build)
@@ -149,6 +155,8 @@ class TransitionBuilder:
             if overrule is not None:
                 detail = _REASON_DETAILS[overrule].format(rollout=rollout, attempt=attempt)
                 verdicts = [replace(v, transition=None, reason=overrule, detail=detail) for v in verdicts]
+            elif training:
+                verdicts = _as_updates_left_them(verdicts, own, dropped)
             calls += verdicts
         return RolloutVerdict(rollout, judged, reason, calls)
 
@@ -322,6 +330,29 @@ def _rollout_reason(rollout: Rollout, used: str | None, training: bool) -> Reaso
 
 
 _DROPS = {DropReason.STALENESS: Reason.STALE, DropReason.AGED_OUT: Reason.AGED_OUT}
+"""Drops that hold for every call of the rollout; the others hold for the calls an update was given."""
+
+
+def _as_updates_left_them(
+    verdicts: list[CallVerdict], spans: Sequence[Span], dropped: DropReason | None
+) -> list[CallVerdict]:
+    """Calls that could be trained, judged by the trainer's record: trained only if an update that changed the
+    weights learned from them (:mod:`relight.transitions.trained_calls`)."""
+    trained = trained_calls(spans)
+    if dropped is DropReason.UPDATE_SKIPPED:
+        reason = Reason.UPDATE_SKIPPED
+    elif dropped is DropReason.NO_SIGNAL or trained:
+        reason = Reason.NO_SIGNAL
+    else:
+        reason = Reason.NOT_UPDATED
+    detail = _REASON_DETAILS[reason]
+    return [
+        verdict
+        if not verdict.trained or verdict.span.span_id in trained
+        else replace(verdict, transition=None, reason=reason, detail=detail)
+        for verdict in verdicts
+    ]
+
 
 _REASON_DETAILS = {
     Reason.STALE: "the trainer dropped its group: a call was more policy versions behind than max_staleness allows",
@@ -332,6 +363,9 @@ _REASON_DETAILS = {
     Reason.NOT_FINISHED: "the rollout is {rollout.status.value}",
     Reason.VALIDATION: "validation rollouts measure the policy and are never trained",
     Reason.RETRIED_ATTEMPT: "attempt {attempt.number} ended {attempt.status.value}; a later attempt counts",
+    Reason.UPDATE_SKIPPED: "the update it entered left the weights unchanged (every group's rewards were equal)",
+    Reason.NO_SIGNAL: "its group's rewards were all equal, so the algorithm skipped it (no advantage to learn from)",
+    Reason.NOT_UPDATED: "no update that changed the weights has used it (the run stopped first, or no trainer ran)",
 }
 
 

@@ -1,10 +1,19 @@
 """Which calls an update learned from, at which policy version and with what advantage, kept in the store.
 
 Transitions live only in the trainer's memory, and an advantage only inside the algorithm's update,
-so after each update the trainer writes, on every attempt it trained on, one annotation span named
-``relight.trained``: the LLM span ids of its calls that were trained, the policy version the update
-made and, when the algorithm reports them, the advantage each was trained with. The dashboard's
-rollout page reads it back (:func:`trained_calls`) beside the transition each call became.
+so after each update the trainer records what became of every transition it handed over
+(:func:`record_update`), and that record is the one truth about training that
+:meth:`relight.TransitionBuilder.explain` (and so ``relight show``, ``relight export`` and the
+dashboard) reads back:
+
+- an update that changed the weights (the algorithm's ``policy_version`` rose) writes, on every
+  attempt it learned from, one annotation span named ``relight.trained``: the LLM span ids of the
+  calls it trained, the policy version it made and, when the algorithm reports them, the advantage
+  each was trained with (:func:`trained_calls` reads it back). A call of a group without signal
+  (all rewards equal) is not among them when the algorithm skips such groups (``skips_flat_groups``,
+  as GRPO does); an attempt all of whose calls were left out so is marked ``no_signal``
+  (:mod:`relight.transitions.drops`);
+- an update that left the weights as they were marks every attempt it was given ``update_skipped``.
 
 An algorithm reports advantages with an ``advantages(transitions)`` method (:class:`ReportsAdvantages`)
 that returns the advantage its update gives each transition, in order. Recording is a side job: an
@@ -16,7 +25,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, cast, runtime_checkable
 
@@ -27,8 +36,18 @@ from relight.errors import RelightError
 from relight.records import Span, SpanKind, Transition
 from relight.store import Store
 from relight.tracing.hook_failures import hook_failed
+from relight.transitions.drops import DropReason, mark_attempts
+from relight.transitions.signal import flat_groups
 
-__all__ = ["TRAINED_SPAN", "ReportsAdvantages", "TrainedCall", "record_trained", "trained_calls"]
+__all__ = [
+    "TRAINED_SPAN",
+    "ReportsAdvantages",
+    "TrainedCall",
+    "record_trained",
+    "record_update",
+    "skipped_groups",
+    "trained_calls",
+]
 
 TRAINED_SPAN = "relight.trained"
 _SPAN_IDS = "relight.trained.span_ids"
@@ -64,11 +83,22 @@ def _advantages(algorithm: object, transitions: Sequence[Transition]) -> list[fl
     return [None] * len(transitions)
 
 
-async def record_trained(store: Store, algorithm: object, transitions: Sequence[Transition], version: int) -> None:
-    """After an update to policy ``version``: one ``relight.trained`` span on each attempt it trained on."""
+async def record_trained(
+    store: Store,
+    algorithm: object,
+    transitions: Sequence[Transition],
+    version: int,
+    *,
+    left_out: Collection[str] = (),
+) -> None:
+    """After an update to policy ``version``: one ``relight.trained`` span on each attempt it trained on.
+
+    Advantages are asked for the whole batch (REINFORCE++ whitens over it); the transitions of the
+    groups in ``left_out`` are then not listed.
+    """
     by_attempt: dict[tuple[str, str], list[tuple[str, float | None]]] = {}
     for transition, advantage in zip(transitions, _advantages(algorithm, transitions), strict=True):
-        if transition.span_id is not None:
+        if transition.span_id is not None and transition.group_id not in left_out:
             key = (transition.rollout_id, transition.attempt_id)
             by_attempt.setdefault(key, []).append((transition.span_id, advantage))
     now = time.time_ns()
@@ -94,6 +124,35 @@ async def record_trained(store: Store, algorithm: object, transitions: Sequence[
         await store.add_spans(spans)
     except RelightError:
         hook_failed("recording which calls an update trained on")
+
+
+def skipped_groups(algorithm: object, transitions: Sequence[Transition]) -> set[str]:
+    """The groups an update that changed the weights did not learn from: the flat ones, where it skips them."""
+    return flat_groups(transitions) if getattr(algorithm, "skips_flat_groups", False) is True else set()
+
+
+async def record_update(
+    store: Store, algorithm: object, transitions: Sequence[Transition], *, version_before: int
+) -> bool:
+    """After an update: record what became of each of its ``transitions``; True if the weights changed.
+
+    The weights changed when the algorithm's ``policy_version`` rose past ``version_before``.
+    """
+    version = int(getattr(algorithm, "policy_version", version_before))
+    changed = version > version_before
+    attempts = list(dict.fromkeys((t.rollout_id, t.attempt_id) for t in transitions))
+    try:
+        if not changed:
+            await mark_attempts(store, attempts, DropReason.UPDATE_SKIPPED, policy_version=version)
+            return False
+        skipped = skipped_groups(algorithm, transitions)
+        await record_trained(store, algorithm, transitions, version, left_out=skipped)
+        with_learned = {(t.rollout_id, t.attempt_id) for t in transitions if t.group_id not in skipped}
+        flat = [attempt for attempt in attempts if attempt not in with_learned]
+        await mark_attempts(store, flat, DropReason.NO_SIGNAL, policy_version=version)
+    except RelightError:
+        hook_failed("recording which calls an update trained on")
+    return changed
 
 
 def trained_calls(spans: Iterable[Span]) -> dict[str, TrainedCall]:

@@ -1,7 +1,9 @@
 """Why each LLM call did or did not become a training sample: the one place that says so.
 
 Users of agent RL ask why a batch ended up with no training rows and why a call they can see in a
-trace was never learned from. :meth:`relight.TransitionBuilder.explain` answers with a
+trace was never learned from. A call is *trained* only when its transition entered an update that
+changed the weights, as the trainer recorded in the store (:mod:`relight.transitions.trained_calls`);
+every other call carries the reason it was not. :meth:`relight.TransitionBuilder.explain` answers with a
 :class:`RolloutVerdict`: for every LLM span of the rollout, the transition it became or the
 :class:`Reason` it did not, decided by the same code that builds the transitions a trainer gets.
 ``relight show``, ``relight export`` and ``relight dashboard`` all print these verdicts, so the
@@ -41,6 +43,12 @@ class Reason(StrEnum):
     """The call's role is not one the role filter trains."""
     NO_TOKEN_IDS = "no token ids"
     """The upstream gave no token ids and nothing retokenized the call: it is untrainable."""
+    NO_SIGNAL = "group without signal"
+    """Its group's rewards were all equal: a group-relative algorithm (GRPO) learns nothing from it and skips it."""
+    UPDATE_SKIPPED = "update skipped"
+    """It entered an update that left the weights as they were (every group of the batch was without signal)."""
+    NOT_UPDATED = "not in an update"
+    """It could be trained, but no update has used it: the run stopped first, or no trainer ran on this store."""
 
 
 class Note(StrEnum):

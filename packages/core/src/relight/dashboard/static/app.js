@@ -193,7 +193,11 @@ function timeline(spans) {
       el("div", { class: "label", style: `padding-left:${s.depth * 14}px` },
         el("span", { class: "kind", text: s.kind }), " ", s.name,
         s.role ? el("span", { class: "role", text: ` ${s.role}` }) : null,
-        s.reward !== null && s.reward !== undefined ? el("b", { text: ` reward ${fmt(s.reward)}` }) : null),
+        s.reward !== null && s.reward !== undefined ? el("b", { text: ` reward ${fmt(s.reward)}` }) : null,
+        s.handoff_to ? el("span", { class: "role", text: ` ${s.handoff_from} → ${s.handoff_to}` }) : null,
+        s.arguments ? el("code", { class: "io", text: ` (${s.arguments})` }) : null,
+        s.result ? el("code", { class: "io", text: ` → ${s.result}` }) : null,
+        s.error ? el("span", { class: "err", text: ` ${s.error}` }) : null),
       el("div", { class: "track" }, el("div", {
         class: "bar", title: `${fmt(s.start_ms, 1)} ms + ${fmt(s.duration_ms, 1)} ms`,
         style: `left:${(100 * s.start_ms) / end}%;width:${Math.max(0.4, (100 * s.duration_ms) / end)}%`,
@@ -204,7 +208,22 @@ function messages(list) {
   if (!Array.isArray(list)) return el("pre", { text: JSON.stringify(list, null, 1) });
   return el("div", { class: "messages" }, list.map((m) => el("div", { class: `msg m-${m.role}` },
     el("span", { class: "who", text: m.role }),
-    el("pre", { text: typeof m.content === "string" ? m.content : JSON.stringify(m.content ?? m, null, 1) }))));
+    el("pre", { text: messageText(m) }))));
+}
+
+// A message's text, and the tool calls an assistant message makes (its content is often empty then).
+function messageText(m) {
+  const content = m.content ?? m.parts;
+  let text = typeof content === "string" ? content
+    : Array.isArray(content) ? content.map((p) => p.text ?? p.content ?? (p.type === "tool_call" ? "" : JSON.stringify(p))).join("")
+    : content ? JSON.stringify(content, null, 1) : "";
+  const calls = (m.tool_calls || []).map((c) => c.function || c)
+    .concat((Array.isArray(m.parts) ? m.parts : []).filter((p) => p.type === "tool_call"));
+  for (const c of calls) {
+    const args = typeof c.arguments === "string" ? c.arguments : JSON.stringify(c.arguments ?? {});
+    text += `${text ? "\n" : ""}→ tool call ${c.name}(${args})`;
+  }
+  return text || JSON.stringify(m, null, 1);
 }
 
 function tokens(list, decoded) {
@@ -302,6 +321,18 @@ function live() {
   });
 }
 
+// A snapshot (`relight dashboard --no-live`, or `?live=0` in the URL) opens no event stream, so the page
+// goes idle once drawn and a headless browser's --screenshot with --virtual-time-budget returns.
+function snapshot() {
+  return document.body.dataset.live === "off" || new URLSearchParams(location.search).get("live") === "0";
+}
+
 window.addEventListener("hashchange", route);
 route();
-live();
+if (snapshot()) {
+  const badge = document.getElementById("live");
+  badge.textContent = "snapshot: reload to update";
+  badge.className = "live";
+} else {
+  live();
+}
