@@ -31,6 +31,8 @@ install: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pyright
+	# The files say what the software is, never how it was made (.ci/check_wording.py lists the phrases).
+	$(PY) .ci/check_wording.py
 
 test: lint
 	$(VENV)/bin/pytest
