@@ -43,6 +43,11 @@ docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 	$(PY) .ci/check_api_reference.py site
 
+# An sdist and a wheel of every distribution, checked with twine, each wheel installed in a fresh virtualenv
+# (from the built wheels and the registry, never the checkout) and smoke-tested there: .ci/dist.sh.
+dist: $(STAMP)
+	PY=$(PY) bash .ci/dist.sh
+
 demo: $(STAMP)
 	$(PY) -m relight_torch.demo --out $(OUT)
 
