@@ -57,7 +57,8 @@ def hits(path: Path) -> list[str]:
 
 
 def main() -> int:
-    root = Path(subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, check=True, text=True).stdout.strip())
+    top = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, check=True, text=True)
+    root = Path(top.stdout.strip())
     found = [hit for path in tracked_text_files(root) for hit in hits(path)]
     for hit in found:
         print(hit)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import re
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from relight.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -36,15 +37,17 @@ def test_the_readme_is_a_guide_under_10000_characters() -> None:
 
 
 @pytest.mark.parametrize(("where", "words"), relight_command_lines(), ids=lambda value: str(value)[:60])
-def test_every_relight_command_line_names_a_real_command_and_options(where: str, words: list[str]) -> None:
+def test_every_relight_command_line_names_a_real_command_and_options(
+    where: str, words: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     command = [word for word in words if not word.startswith("-")][:2]
     help_text = ""
-    for depth in (2, 1):
-        result = subprocess.run(
-            [sys.executable, "-m", "relight.cli", *command[:depth], "--help"], capture_output=True, text=True
-        )
-        if result.returncode == 0:
-            help_text = result.stdout
+    for depth in (2, 1):  # `relight store serve`, else `relight rollouts` (whose next word is an argument)
+        with pytest.raises(SystemExit) as exit_:
+            main([*command[:depth], "--help"])
+        output = capsys.readouterr().out
+        if exit_.value.code == 0:
+            help_text = output
             break
     assert help_text, f"{where}: `relight {' '.join(command)}` is not a command"
     for option in (word.split("=")[0] for word in words if word.startswith("--")):
@@ -59,6 +62,9 @@ def test_the_getting_started_dev_mode_runs_offline(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(sys, "argv", ["getting-started"])
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, object] = {}
-    exec(compile(agent + "\n" + dev.replace("run_dev_example(", "results = run_dev_example(", 1), "page", "exec"), namespace)
+    exec(
+        compile(agent + "\n" + dev.replace("run_dev_example(", "results = run_dev_example(", 1), "page", "exec"),
+        namespace,
+    )
     [[result]] = namespace["results"]  # type: ignore[misc]
     assert result.reward == 1.0, result

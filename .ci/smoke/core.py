@@ -30,7 +30,9 @@ async def agent(task, llm):  # type: ignore[no-untyped-def]
 
 
 [[result]] = run_dev_example(agent, tasks=[{"question": "2 + 2?", "answer": "4"}], script=turns("4"), argv=[])
-assert result.reward == 1.0 and result.calls == 1 and result.untrainable_calls == 0, result
+assert result.reward == 1.0, result
+assert result.calls == 1, result
+assert result.untrainable_calls == 0, result
 relight_cli = Path(sys.executable).with_name("relight")
 print(subprocess.run([relight_cli, "--version"], check=True, capture_output=True, text=True).stdout.strip())
 print("relight smoke test passed")

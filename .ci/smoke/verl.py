@@ -31,7 +31,8 @@ transitions = [
     for index in range(4)
 ]
 batch, stats = build_batch(transitions, pad_token_id=0, max_prompt_length=8, max_response_length=4)
-assert batch is not None and len(batch) == 4, stats
+assert batch is not None, stats
+assert len(batch) == 4, stats
 assert {"prompts", "responses", "attention_mask"} <= set(batch.batch.keys()), batch.batch.keys()
 print("verl batch of", len(batch), "rows:", sorted(batch.batch.keys()))
 print("relight-verl smoke test passed")
