@@ -55,7 +55,7 @@ smoke() {
             install "$venv" "$(wheel relight)"
             (cd "$venv" && ./bin/python "$ROOT/.ci/smoke/core.py") ;;
         relight-testing)
-            install "$venv" "$(wheel relight-testing)" "$(wheel relight)" $PYTEST_KIT
+            install "$venv" "$(wheel relight-testing)" "$(wheel relight)" pytest-timeout  # its own dependencies do the rest
             "$venv/bin/python" -m pytest -q -p no:cacheprovider .ci/smoke/test_testing_kit.py ;;
         relight-langgraph | relight-autogen | relight-openai-agents | relight-crewai)
             local folder=packages/adapter-${name#relight-} extra=""
@@ -81,8 +81,25 @@ smoke() {
     echo "dist: $name installed from its wheel and smoke-tested in $(($(clock) - began)) s"
 }
 
+# The smoke tests run a few at a time: their installs mostly wait on the registry, not the CPU. Each writes
+# its own log, printed when it fails.
 names=("$@")
-[ ${#names[@]} -gt 0 ] || names=(relight relight-testing relight-langgraph relight-autogen relight-openai-agents
-    relight-crewai relight-torch relight-verl)
-for name in "${names[@]}"; do smoke "$name"; done
+[ ${#names[@]} -gt 0 ] || names=(relight-torch relight-verl relight-crewai relight-langgraph relight-autogen
+    relight-openai-agents relight-testing relight)
+JOBS=${DIST_JOBS:-4}
+declare -A pids=()
+for name in "${names[@]}"; do
+    while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || true; done
+    smoke "$name" >"$VENVS/$name.log" 2>&1 &
+    pids[$name]=$!
+done
+failed=()
+for name in "${names[@]}"; do
+    if wait "${pids[$name]}"; then
+        tail -n 1 "$VENVS/$name.log"
+    else
+        failed+=("$name"); echo "---- $name failed:"; tail -n 60 "$VENVS/$name.log"
+    fi
+done
+[ ${#failed[@]} = 0 ] || { echo "dist: smoke tests failed: ${failed[*]}" >&2; exit 1; }
 echo "dist: ${#names[@]} distribution(s) passed in $(($(clock) - started)) s"
