@@ -45,8 +45,8 @@ docs: $(STAMP)
 
 # An sdist and a wheel of every distribution, checked with twine, each wheel installed in a fresh virtualenv
 # (from the built wheels and the registry, never the checkout) and smoke-tested there: .ci/dist.sh.
-dist: $(STAMP)
-	PY=$(PY) bash .ci/dist.sh
+dist:
+	bash .ci/dist.sh
 
 demo: $(STAMP)
 	$(PY) -m relight_torch.demo --out $(OUT)

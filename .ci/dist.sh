@@ -6,12 +6,11 @@
 #   bash .ci/dist.sh                     # all of them
 #   bash .ci/dist.sh relight-torch       # build all, smoke-test the ones named
 #
-# Environment: PY (the python that has build and twine; default .venv/bin/python), DIST (default dist/),
-# DIST_VENVS (where the throwaway virtualenvs go; default a temporary folder, removed at the end).
+# Environment: DIST (default dist/), DIST_VENVS (where the throwaway virtualenvs go; default a temporary
+# folder, removed at the end), DIST_JOBS (smoke tests at once, default 4).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-PY=${PY:-.venv/bin/python}
 DIST=$(realpath -m "${DIST:-dist}")
 VENVS=${DIST_VENVS:-$(mktemp -d)}
 trap '[ -n "${DIST_VENVS:-}" ] || rm -rf "$VENVS"' EXIT
@@ -20,9 +19,14 @@ started=$(clock)
 export COLUMNS=${COLUMNS:-120}  # the dev-mode tables, readable in a log
 
 # -- build and check ----------------------------------------------------------------------------------
+# The tools get a virtualenv of their own (requirements-dist.txt); its pip drives every other virtualenv.
+TOOLS="$VENVS/tools"
+python3 -m venv "$TOOLS"
+PY="$TOOLS/bin/python"
+"$PY" -m pip install -q --disable-pip-version-check -r requirements-dist.txt 2> >(grep -v "is ignored: it is neither" >&2)
 rm -rf "$DIST" && mkdir -p "$DIST"
 for package in packages/*/; do
-    # No build isolation: hatchling comes from requirements-dev.txt, which spares eight throwaway build
+    # No build isolation: hatchling comes from the tools' virtualenv, which spares eight throwaway build
     # environments; the artifacts are the same.
     "$PY" -m build --no-isolation --sdist --wheel --outdir "$DIST" "$package" >"$VENVS/build.log" 2>&1 ||
         { cat "$VENVS/build.log" >&2; exit 1; }
