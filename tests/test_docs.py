@@ -68,3 +68,15 @@ def test_the_getting_started_dev_mode_runs_offline(monkeypatch: pytest.MonkeyPat
     )
     [[result]] = namespace["results"]  # type: ignore[misc]
     assert result.reward == 1.0, result
+
+
+@pytest.mark.parametrize(
+    "readme",
+    [ROOT / "README.md", *sorted(ROOT.glob("examples/**/README.md")), *sorted(ROOT.glob("packages/*/README.md"))],
+    ids=lambda path: str(path.relative_to(ROOT)),
+)
+def test_relative_links_in_readmes_resolve(readme: Path) -> None:
+    """The docs site checks its own links strictly; the READMEs outside it are checked here."""
+    for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", readme.read_text()):
+        if "://" not in target:
+            assert (readme.parent / target).exists(), f"{readme.relative_to(ROOT)} links to {target}, which is missing"
