@@ -6,7 +6,7 @@ STAMP := $(VENV)/.relight-installed
 PACKAGES := $(sort $(wildcard packages/*))
 OUT ?= runs/demo-$(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: install test lint demo clean
+.PHONY: install test lint docs dist demo clean
 
 # The package registries here drop long downloads now and then (a 55 MB wheel cut at 34 MB failed CI once):
 # let pip retry and resume a cut download instead of failing the whole install.
@@ -14,7 +14,7 @@ export PIP_RETRIES ?= 10
 export PIP_RESUME_RETRIES ?= 10
 export PIP_TIMEOUT ?= 60
 
-$(STAMP): constraints.txt requirements-dev.txt $(wildcard packages/*/pyproject.toml)
+$(STAMP): constraints.txt requirements-dev.txt requirements-docs.txt $(wildcard packages/*/pyproject.toml)
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# torch first, pinned, so pip takes the CPU build instead of pulling a CUDA one.
@@ -31,12 +31,25 @@ install: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pyright
+	# The files say what the software is, never how it was made (.ci/check_wording.py lists the phrases).
+	$(PY) .ci/check_wording.py
 
-test: lint
+test: lint docs
 	$(VENV)/bin/pytest
+
+# The documentation site into site/, strict: a broken link, reference or docstring fails the build; then
+# every public name of every distribution must have its entry in the API reference.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+	$(PY) .ci/check_api_reference.py site
+
+# An sdist and a wheel of every distribution, checked with twine, each wheel installed in a fresh virtualenv
+# (from the built wheels and the registry, never the checkout) and smoke-tested there: .ci/dist.sh.
+dist:
+	bash .ci/dist.sh
 
 demo: $(STAMP)
 	$(PY) -m relight_torch.demo --out $(OUT)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache site dist

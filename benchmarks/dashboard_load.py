@@ -16,7 +16,7 @@ Then the dashboard serves it over HTTP on loopback and the benchmark measures, w
 - ``rollout``: one rollout's page (attempts, span tree, calls, tokens) for random rollouts;
 - ``curves``: the runs page's data.
 
-The issue's bar: list and rollout pages under 200 ms at p95.
+The bar: list and rollout pages under 200 ms at p95.
 
     python benchmarks/dashboard_load.py                # a table
     python benchmarks/dashboard_load.py --json         # one JSON object per line

@@ -30,8 +30,8 @@
   start-up included): the fake model's included, and so are start-up and the rest around the steps
   (set-up, first-use imports, checkpoints and reward-curve plots, shut-down), about 1 ms per rollout
   of it. It moves less with the machine's load than the rates do, but it still rises under
-  contention (niced at load 3 a step cost 12 ms per rollout, at load 5 up to 17 ms), so
-  compare it between runs at a similar load.
+  contention (with other work on both cores a step cost 12 to 17 ms per rollout), so
+  compare it between runs on an equally busy machine.
 - ``forwarder``: the same non-streamed calls through a bare forwarder in the gateway's place: an ASGI
   app on the same server (uvicorn, relight's event loop) that passes the body to the upstream with the
   gateway's HTTP client and returns the answer's bytes, and does nothing else (no attempt check, no

@@ -7,13 +7,16 @@ it would switch off relight's OpenTelemetry SDK along with CrewAI's.
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from relight_torch.testing import smollm2_path, smollm2_tool_server  # noqa: F401  # the real model, for test_smollm2.py
+# The real model, for test_smollm2.py; without relight-torch (a wheel's smoke test) the other tests still run.
+with contextlib.suppress(ImportError):
+    from relight_torch.testing import smollm2_path, smollm2_tool_server  # noqa: F401
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -1,4 +1,4 @@
-"""The PostgreSQL store against a real PostgreSQL server this session starts (skipped, with the reason, without one)."""
+"""The PostgreSQL store against a real PostgreSQL server the test run starts (skipped, with the reason, without one)."""
 
 import asyncio
 import os
