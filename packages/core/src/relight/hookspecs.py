@@ -54,3 +54,12 @@ def relight_register_algorithms(register: Callable[[str, Callable[..., Any]], No
 @hookspec
 def relight_register_engines(register: Callable[[str, Callable[..., Any]], None]) -> None:
     """Register inference engines by name; the factory returns a gateway upstream."""
+
+
+@hookspec
+def relight_register_loggers(register: Callable[[str, Callable[..., Any]], None]) -> None:
+    """Register experiment trackers by name (``"wandb"``), for ``Trainer(loggers=["wandb"])`` and ``RELIGHT_LOGGERS``.
+
+    The factory takes keyword options (none are required) and returns a
+    :class:`relight.tracking.ExperimentLogger`; it must import its tracker's client lazily, in ``start``.
+    """

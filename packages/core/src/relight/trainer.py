@@ -50,6 +50,7 @@ from relight.steps import LoopHooks, TrainingLoop
 from relight.store import DEFAULT_LEASE_SECONDS, Store
 from relight.supervisor import RunnerSupervisor
 from relight.synchronous import SyncOptions, SyncTraining
+from relight.tracking import ExperimentLogger, LoggerSet, RunInfo, resolve_loggers
 from relight.transitions import TransitionBuilder, episode_return, last_attempt_spans
 
 __all__ = ["DevResult", "GatewayOptions", "Trainer"]
@@ -114,6 +115,10 @@ class Trainer:
         progress_every: seconds between progress lines when the console is not a terminal.
         dynamic_sampling: at most this many extra rounds per step that sample again the tasks whose
             group has no learning signal (all rewards equal), as DAPO does; 0 never does.
+        loggers: experiment trackers that get every metric ``fit`` writes, with the run's configuration:
+            objects (:class:`relight.tracking.WandbLogger`, ``MlflowLogger``, ``TensorBoardLogger``) or
+            names a plugin registered (``"wandb"``, ``"mlflow"``, ``"tensorboard"``); by default
+            those ``RELIGHT_LOGGERS`` names (see :mod:`relight.tracking`).
     """
 
     def __init__(
@@ -144,6 +149,7 @@ class Trainer:
         run_dir: str | Path | None = None,
         progress_every: float = 30.0,
         dynamic_sampling: int = 0,
+        loggers: Sequence[ExperimentLogger | str] | None = None,
     ) -> None:
         for name, value in (("n_runners", n_runners), ("batch_size", batch_size), ("n_samples", n_samples)):
             if value < 1:
@@ -173,6 +179,7 @@ class Trainer:
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.progress = RunProgress(self.console, every=progress_every)
         self.dynamic_sampling = dynamic_sampling
+        self.loggers = loggers
         self._role_check: RoleCheck | None = None
 
     # -- fit --------------------------------------------------------------------------------------
@@ -206,8 +213,11 @@ class Trainer:
         if not train_dataset:
             raise ConfigError("train_dataset is empty; fit() needs at least one task")
         history: list[dict[str, float]] = []
-        run = RunFolder(self.run_dir or default_run_dir())
+        trackers = LoggerSet(resolve_loggers(self.loggers))
+        run = RunFolder(self.run_dir or default_run_dir(), loggers=trackers)
         store_url = self.store if self.store is not None else run.store_url
+        for tracker, link in trackers.start(RunInfo(run.path.name, run.path, self._config(algorithm, store_url))):
+            self.progress.note(f"relight: {tracker} run at {link}")
         checkpoints = self.checkpoint_dir or run.checkpoints
         self._role_check = RoleCheck(self.transitions.roles)
         self.progress.note(f"relight: run folder {run.path}  (store {_named(store_url)})")
@@ -255,6 +265,25 @@ class Trainer:
             run.write_summary({"status": ended, "policy_version": algorithm.policy_version, "store": _named(store_url)})
             self.progress.note(f"relight: run {ended}; metrics, summary and reward curve in {run.path}")
         return history
+
+    def _config(self, algorithm: Algorithm, store_url: Store | str) -> dict[str, JsonValue]:
+        """The run's settings as experiment trackers show them."""
+        return {
+            "algorithm": type(algorithm).__name__,
+            "model": str(algorithm.model),
+            "store": _named(store_url),
+            "batch_size": self.batch_size,
+            "n_samples": self.n_samples,
+            "epochs": self.epochs,
+            "val_every": self.val_every,
+            "max_staleness": self.max_staleness,
+            "concurrency": self.concurrency,
+            "n_runners": self.n_runners,
+            "max_attempts": self.max_attempts,
+            "dynamic_sampling": self.dynamic_sampling,
+            "roles": str(self.transitions.roles) if self.transitions.roles is not None else None,
+            "credit": getattr(self.transitions.assign, "__name__", type(self.transitions.assign).__name__),
+        }
 
     def _training(self, loop: _Loop, algorithm: Algorithm, hooks: LoopHooks) -> TrainingLoop:
         """The synchronous loop, or the asynchronous one when ``max_staleness`` is set."""

@@ -198,6 +198,8 @@ class TransitionBuilder:
             detail = "the upstream returned no token ids and the gateway had no retokenizer"
             return CallVerdict(item.span, step, item.role, reward, None, Reason.NO_TOKEN_IDS, detail)
         notes = [Note.RETOKENIZED] if attributes.get(semconv.RETOKENIZED) is True else []
+        if attributes.get(semconv.RETOKENIZED_EXACT) is False:
+            notes.append(Note.INEXACT)
         finish = attributes.get(semconv.GEN_AI_RESPONSE_FINISH_REASONS)
         if isinstance(finish, list) and "length" in finish:
             notes.append(Note.TRUNCATED)
@@ -244,10 +246,15 @@ def role_matches(roles: RoleFilter, role: str | None) -> bool:
 
 
 def _metadata(attributes: dict[str, JsonValue]) -> dict[str, JsonValue]:
-    """The call's response id and, for a call an update landed in, which version sampled which tokens."""
+    """The call's response id; for a call an update landed in, which version sampled which tokens; for a
+    retokenized trace, whether its tokens reproduce the traced text."""
     metadata: dict[str, JsonValue] = {"response_id": attributes.get(semconv.GEN_AI_RESPONSE_ID)}
     if semconv.POLICY_VERSION_SEGMENTS in attributes:
         metadata["policy_version_segments"] = attributes[semconv.POLICY_VERSION_SEGMENTS]
+    if semconv.RETOKENIZED_EXACT in attributes:
+        metadata["retokenized_exact"] = attributes[semconv.RETOKENIZED_EXACT]
+    if semconv.RETOKENIZED_MISMATCH in attributes:
+        metadata["retokenized_mismatch"] = attributes[semconv.RETOKENIZED_MISMATCH]
     return metadata
 
 

@@ -13,12 +13,12 @@ from collections.abc import Sequence
 from rich.console import Console
 
 from relight import __version__
-from relight.cli import dashboard, export, rollouts, runner, stats, store
+from relight.cli import dashboard, export, otlp, rollouts, runner, stats, store
 from relight.errors import RelightError
 
 __all__ = ["COMMAND_GROUPS", "main"]
 
-COMMAND_GROUPS = (rollouts, stats, store, export, runner, dashboard)
+COMMAND_GROUPS = (rollouts, stats, store, export, runner, dashboard, otlp)
 
 _DESCRIPTION = """\
 Reinforcement learning for the agents you already have.
