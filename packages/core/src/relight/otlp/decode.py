@@ -123,7 +123,7 @@ def _parse_json(raw: bytes, request: Any) -> None:
         raise OtlpBodyError("the JSON body must be an object with resourceSpans")
     _hex_ids_to_base64(cast(dict[str, Any], document))
     try:
-        json_format.ParseDict(document, request, ignore_unknown_fields=True)
+        json_format.ParseDict(cast(dict[str, Any], document), request, ignore_unknown_fields=True)
     except json_format.ParseError as error:
         raise OtlpBodyError(f"the JSON body is not an ExportTraceServiceRequest: {error}") from None
 

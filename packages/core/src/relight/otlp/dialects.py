@@ -134,7 +134,9 @@ def _gen_ai(flat: dict[str, JsonValue], events: Sequence[SpanEvent]) -> CallText
     inputs = _json(flat.get("gen_ai.input.messages"))
     outputs = _json(flat.get("gen_ai.output.messages"))
     if isinstance(inputs, list):
-        text.input_messages += [_semconv_message(m) for m in cast(list[Any], inputs) if isinstance(m, dict)]
+        text.input_messages += [
+            _semconv_message(cast(Message, m)) for m in cast(list[Any], inputs) if isinstance(m, dict)
+        ]
     if isinstance(outputs, list):
         for message in cast(list[Any], outputs):
             if isinstance(message, dict):
@@ -187,18 +189,22 @@ def _gen_ai_events(text: CallText, events: Sequence[SpanEvent]) -> None:
         if event.name == "gen_ai.content.prompt":
             prompt = _json(attributes.get("gen_ai.prompt"))
             if isinstance(prompt, list):
-                text.input_messages += [_semconv_message(m) for m in cast(list[Any], prompt) if isinstance(m, dict)]
+                text.input_messages += [
+                    _semconv_message(cast(Message, m)) for m in cast(list[Any], prompt) if isinstance(m, dict)
+                ]
         elif event.name == "gen_ai.content.completion":
             completion = _json(attributes.get("gen_ai.completion"))
             if isinstance(completion, list):
                 text.output_messages += [
-                    _semconv_message(m) for m in cast(list[Any], completion) if isinstance(m, dict)
+                    _semconv_message(cast(Message, m)) for m in cast(list[Any], completion) if isinstance(m, dict)
                 ]
         elif event.name in {"gen_ai.system.message", "gen_ai.user.message", "gen_ai.assistant.message"}:
             message: Message = {"role": event.name.split(".")[1], "content": _event_content(attributes)}
             calls = _json(attributes.get("tool_calls"))
             if isinstance(calls, list) and calls:
-                message["tool_calls"] = [_openai_tool_call(c) for c in cast(list[Any], calls) if isinstance(c, dict)]
+                message["tool_calls"] = [
+                    _openai_tool_call(cast(Message, c)) for c in cast(list[Any], calls) if isinstance(c, dict)
+                ]
             text.input_messages.append(message)
         elif event.name == "gen_ai.tool.message":
             text.input_messages.append(
@@ -210,7 +216,9 @@ def _gen_ai_events(text: CallText, events: Sequence[SpanEvent]) -> None:
             choice: Message = {"role": "assistant", "content": message.get("content") or ""}
             if message.get("tool_calls"):
                 choice["tool_calls"] = [
-                    _openai_tool_call(c) for c in cast(list[Any], message["tool_calls"]) if isinstance(c, dict)
+                    _openai_tool_call(cast(Message, c))
+                    for c in cast(list[Any], message["tool_calls"])
+                    if isinstance(c, dict)
                 ]
             text.output_messages.append(choice)
             if isinstance(attributes.get("finish_reason"), str):

@@ -153,10 +153,11 @@ def _relight_spans(rollout_id: str, span: ForeignSpan, options: ImportOptions) -
     elif is_tool_call(span.attributes):
         attributes[semconv.SPAN_KIND] = SpanKind.TOOL.value
         attributes[semconv.TOOL_SUCCESS] = span.status_code != "ERROR"
-    common = {"rollout_id": rollout_id, "attempt_id": _PENDING, "trace_id": span.trace_id}
     stored = [
         Span(
-            **common,
+            rollout_id=rollout_id,
+            attempt_id=_PENDING,
+            trace_id=span.trace_id,
             span_id=span.span_id,
             parent_id=span.parent_id,
             name=span.name,
@@ -170,7 +171,9 @@ def _relight_spans(rollout_id: str, span: ForeignSpan, options: ImportOptions) -
     for number, (value, time, name) in enumerate(_rewards(span, options)):
         stored.append(
             Span(
-                **common,
+                rollout_id=rollout_id,
+                attempt_id=_PENDING,
+                trace_id=span.trace_id,
                 span_id=f"{span.span_id}-reward-{number}",
                 parent_id=span.span_id,
                 name="reward",

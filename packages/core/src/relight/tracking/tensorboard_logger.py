@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -30,21 +31,21 @@ class TensorBoardLogger:
 
     def start(self, run: RunInfo) -> str | None:
         try:
-            from tensorboard.compat.proto import event_pb2
-            from tensorboard.plugins.hparams import summary_v2
-            from tensorboard.summary import Writer
-            from tensorboard.summary.writer.event_file_writer import EventFileWriter
+            event_pb2: Any = importlib.import_module("tensorboard.compat.proto.event_pb2")
+            summary_v2: Any = importlib.import_module("tensorboard.plugins.hparams.summary_v2")
+            summary: Any = importlib.import_module("tensorboard.summary")
+            event_files: Any = importlib.import_module("tensorboard.summary.writer.event_file_writer")
         except ImportError as error:
             raise ImportError("the tensorboard logger needs TensorBoard: pip install 'relight[tensorboard]'") from error
         self.log_dir = self.log_dir or run.path / "tensorboard"
         self.log_dir.mkdir(parents=True, exist_ok=True)
         hparams = {key: _hparam(value) for key, value in run.config.items()}
-        config = EventFileWriter(str(self.log_dir), filename_suffix=".config")
+        config = event_files.EventFileWriter(str(self.log_dir), filename_suffix=".config")
         config.add_event(
             event_pb2.Event(wall_time=time.time(), summary=summary_v2.hparams_pb(hparams, trial_id=run.name))
         )
         config.close()
-        self.writer = Writer(str(self.log_dir))
+        self.writer = summary.Writer(str(self.log_dir))
         return str(self.log_dir)
 
     def log(self, kind: str, step: int, metrics: Mapping[str, float]) -> None:

@@ -1,0 +1,194 @@
+"""The OTLP/HTTP receiver refuses bad bodies whole, with the status the specification names, and groups
+the spans it takes into rollouts. Bodies are built with OTLP's own protobuf types."""
+
+import gzip
+import json
+import sys
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+pytest.importorskip("opentelemetry.proto.collector.trace.v1.trace_service_pb2")
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (  # noqa: E402
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue  # noqa: E402
+
+from relight._server import AsgiServer  # noqa: E402
+from relight.models import RolloutRequest, RolloutStatus, SpanKind  # noqa: E402
+from relight.otlp import ImportOptions, create_otlp_app  # noqa: E402
+from relight.stores.memory import InMemoryStore  # noqa: E402
+
+TRACE = "5b8efff798038103d269b633813fc60c"
+LLM_ATTRIBUTES = {
+    "gen_ai.operation.name": "chat",
+    "gen_ai.request.model": "gpt-4o",
+    "gen_ai.input.messages": json.dumps([{"role": "user", "parts": [{"type": "text", "content": "Hi"}]}]),
+    "gen_ai.output.messages": json.dumps(
+        [{"role": "assistant", "parts": [{"type": "text", "content": "Hello"}], "finish_reason": "stop"}]
+    ),
+}
+
+
+def _span(request: ExportTraceServiceRequest, span_id: str, *, trace: str = TRACE, **attributes: str | float) -> None:
+    if not request.resource_spans:
+        request.resource_spans.add().scope_spans.add()
+    span = request.resource_spans[0].scope_spans[0].spans.add()
+    span.trace_id, span.span_id, span.name = bytes.fromhex(trace), bytes.fromhex(span_id), "span"
+    span.start_time_unix_nano, span.end_time_unix_nano = 1_000, 2_000
+    for key, value in attributes.items():
+        any_value = AnyValue(double_value=value) if isinstance(value, float) else AnyValue(string_value=value)
+        span.attributes.append(KeyValue(key=key, value=any_value))
+
+
+@pytest.fixture
+def served() -> Iterator[tuple[AsgiServer, InMemoryStore]]:
+    store = InMemoryStore()
+    with AsgiServer(
+        create_otlp_app(store, ImportOptions(reward_attribute="app.reward"), max_body_bytes=4096)
+    ) as server:
+        yield server, store
+
+
+def _post(server: AsgiServer, body: bytes, content_type: str, **headers: str) -> httpx.Response:
+    return httpx.post(f"{server.url}/v1/traces", content=body, headers={"content-type": content_type, **headers})
+
+
+def _nothing_stored(server: AsgiServer, store: InMemoryStore) -> None:
+    assert server.call(store.list_rollouts()) == []
+    assert server.call(store.stats()).spans == 0
+
+
+def test_a_body_that_is_not_protobuf_is_refused_whole(served: tuple[AsgiServer, InMemoryStore]) -> None:
+    server, store = served
+    response = _post(server, b"\xff\xff\xff not protobuf", "application/x-protobuf")
+    assert response.status_code == 400
+    from google.rpc import status_pb2
+
+    status = status_pb2.Status.FromString(response.content)
+    assert status.code == 3 and "not a protobuf ExportTraceServiceRequest" in status.message
+    _nothing_stored(server, store)
+
+
+def test_one_bad_span_refuses_the_whole_request_naming_it(served: tuple[AsgiServer, InMemoryStore]) -> None:
+    server, store = served
+    request = ExportTraceServiceRequest()
+    _span(request, "00f067aa0ba902b7", **LLM_ATTRIBUTES)
+    _span(request, "0000000000000000", **LLM_ATTRIBUTES)  # an all-zero span id is invalid
+    response = _post(server, request.SerializeToString(), "application/x-protobuf")
+    assert response.status_code == 400
+    from google.rpc import status_pb2
+
+    assert "resourceSpans[0].scopeSpans[0].spans[1].spanId" in status_pb2.Status.FromString(response.content).message
+    _nothing_stored(server, store)
+
+
+def test_json_bodies_name_what_is_wrong(served: tuple[AsgiServer, InMemoryStore]) -> None:
+    server, store = served
+    cases = {
+        b"{not json": "not JSON",
+        b"[1, 2]": "must be an object",
+        json.dumps(
+            {"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "zz", "spanId": "00f067aa0ba902b7"}]}]}]}
+        ).encode(): "resourceSpans[0].scopeSpans[0].spans[0].traceId must be hex",
+        json.dumps({"resourceSpans": "many"}).encode(): "not an ExportTraceServiceRequest",
+        json.dumps(
+            {
+                "resourceSpans": [
+                    {
+                        "scopeSpans": [
+                            {
+                                "spans": [
+                                    {
+                                        "traceId": TRACE,
+                                        "spanId": "00f067aa0ba902b7",
+                                        "startTimeUnixNano": "2000",
+                                        "endTimeUnixNano": "1000",
+                                    }
+                                ]
+                            }
+                        ]
+                    }
+                ]
+            }
+        ).encode(): "ends (1000) before it starts (2000)",
+    }
+    for body, reason in cases.items():
+        response = _post(server, body, "application/json")
+        assert response.status_code == 400, body
+        assert response.json()["code"] == 3
+        assert reason in response.json()["message"], response.json()
+    _nothing_stored(server, store)
+
+
+def test_bodies_over_the_limit_get_413_also_once_inflated(served: tuple[AsgiServer, InMemoryStore]) -> None:
+    server, store = served
+    request = ExportTraceServiceRequest()
+    _span(request, "00f067aa0ba902b7", **LLM_ATTRIBUTES, padding="x" * 5000)
+    body = request.SerializeToString()
+    assert len(body) > 4096
+    response = _post(server, body, "application/x-protobuf")
+    assert response.status_code == 413
+    compressed = gzip.compress(body)
+    assert len(compressed) < 4096
+    inflated = _post(server, compressed, "application/x-protobuf", **{"content-encoding": "gzip"})
+    assert inflated.status_code == 413
+    _nothing_stored(server, store)
+
+
+def test_an_unknown_content_type_is_415(served: tuple[AsgiServer, InMemoryStore]) -> None:
+    server, store = served
+    response = _post(server, b"{}", "text/plain")
+    assert response.status_code == 415
+    assert "application/x-protobuf" in response.json()["message"]
+    _nothing_stored(server, store)
+
+
+def test_a_trace_becomes_a_rollout_and_later_spans_join_it(served: tuple[AsgiServer, InMemoryStore]) -> None:
+    server, store = served
+    first = ExportTraceServiceRequest()
+    _span(first, "00f067aa0ba902b7", **LLM_ATTRIBUTES, **{"app.custom": "kept"})
+    response = _post(
+        server, gzip.compress(first.SerializeToString()), "application/x-protobuf", **{"content-encoding": "gzip"}
+    )
+    assert response.status_code == 200
+    assert not ExportTraceServiceResponse.FromString(response.content).HasField("partial_success")
+    later = ExportTraceServiceRequest()
+    _span(later, "1111111111111111", **{"app.reward": 1.0})  # the root, exported after its children
+    _span(later, "2222222222222222", trace="6" * 32)  # a trace with no LLM call: not stored
+    answer = ExportTraceServiceResponse.FromString(
+        _post(server, later.SerializeToString(), "application/x-protobuf").content
+    )
+    assert answer.partial_success.rejected_spans == 1
+    (rollout,) = server.call(store.list_rollouts())
+    assert rollout.rollout_id == f"otlp-{TRACE}"
+    assert rollout.status is RolloutStatus.SUCCEEDED and rollout.metadata["source"] == "otlp"
+    spans = {span.span_id: span for span in server.call(store.query_spans(rollout.rollout_id))}
+    llm = spans["00f067aa0ba902b7"]
+    assert llm.kind is SpanKind.LLM
+    assert llm.attributes["app.custom"] == "kept"
+    assert llm.attributes["relight.original.gen_ai.input.messages"] == LLM_ATTRIBUTES["gen_ai.input.messages"]
+    assert json.loads(str(llm.attributes["gen_ai.input.messages"])) == [{"role": "user", "content": "Hi"}]
+    assert json.loads(str(llm.attributes["gen_ai.output.messages"])) == [{"role": "assistant", "content": "Hello"}]
+    assert llm.attributes["relight.import.missing"] == ["token_ids", "logprobs", "policy_version", "response_id"]
+    assert spans["1111111111111111-reward-0"].attributes["relight.reward"] == 1.0
+
+
+def test_it_will_not_take_a_runners_queued_work(served: tuple[AsgiServer, InMemoryStore]) -> None:
+    server, store = served
+    server.call(store.enqueue([RolloutRequest(input="a task for a runner")]))
+    request = ExportTraceServiceRequest()
+    _span(request, "00f067aa0ba902b7", **LLM_ATTRIBUTES)
+    response = _post(server, request.SerializeToString(), "application/x-protobuf")
+    assert response.status_code == 409
+    assert server.call(store.list_rollouts(status=RolloutStatus.QUEUED))[0].input == "a task for a runner"
+    assert server.call(store.stats()).spans == 0
+
+
+def test_without_opentelemetry_proto_it_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "opentelemetry.proto.collector.trace.v1", None)
+    with pytest.raises(ImportError, match=r"pip install 'relight\[otlp\]'"):
+        create_otlp_app(InMemoryStore())
