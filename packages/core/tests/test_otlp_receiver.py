@@ -11,16 +11,16 @@ import pytest
 
 pytest.importorskip("opentelemetry.proto.collector.trace.v1.trace_service_pb2")
 
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (  # noqa: E402
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue  # noqa: E402
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
-from relight._server import AsgiServer  # noqa: E402
-from relight.models import RolloutRequest, RolloutStatus, SpanKind  # noqa: E402
-from relight.otlp import ImportOptions, create_otlp_app  # noqa: E402
-from relight.stores.memory import InMemoryStore  # noqa: E402
+from relight._server import AsgiServer
+from relight.models import RolloutRequest, RolloutStatus, SpanKind
+from relight.otlp import ImportOptions, create_otlp_app
+from relight.stores.memory import InMemoryStore
 
 TRACE = "5b8efff798038103d269b633813fc60c"
 LLM_ATTRIBUTES = {
@@ -69,7 +69,8 @@ def test_a_body_that_is_not_protobuf_is_refused_whole(served: tuple[AsgiServer, 
     from google.rpc import status_pb2
 
     status = status_pb2.Status.FromString(response.content)
-    assert status.code == 3 and "not a protobuf ExportTraceServiceRequest" in status.message
+    assert status.code == 3
+    assert "not a protobuf ExportTraceServiceRequest" in status.message
     _nothing_stored(server, store)
 
 
@@ -165,7 +166,8 @@ def test_a_trace_becomes_a_rollout_and_later_spans_join_it(served: tuple[AsgiSer
     assert answer.partial_success.rejected_spans == 1
     (rollout,) = server.call(store.list_rollouts())
     assert rollout.rollout_id == f"otlp-{TRACE}"
-    assert rollout.status is RolloutStatus.SUCCEEDED and rollout.metadata["source"] == "otlp"
+    assert rollout.status is RolloutStatus.SUCCEEDED
+    assert rollout.metadata["source"] == "otlp"
     spans = {span.span_id: span for span in server.call(store.query_spans(rollout.rollout_id))}
     llm = spans["00f067aa0ba902b7"]
     assert llm.kind is SpanKind.LLM
