@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import IO
 
 from rich.console import Console
@@ -21,6 +22,7 @@ from relight.otlp.importer import SOURCE
 from relight.otlp.transitions import ImportedRollout, TemplateRetokenizer, chat_records, explain_imported
 from relight.store import Store
 from relight.transitions import TransitionBuilder, episode_return, last_attempt_spans, write_jsonl
+from relight.verdicts import Reason
 
 
 def register(add_command: AddCommand) -> None:
@@ -83,10 +85,17 @@ def export(args: argparse.Namespace) -> int:
         transitions = (t for item in judged for t in item.transitions)
         count = write_jsonl(_rewarded(transitions, args.min_reward), destination)
         what = "transition(s)"
+    if args.format == "chat":  # conversations need text, not token ids
+        verdicts = [replace(v, calls=[c for c in v.calls if c.reason is not Reason.NO_TOKEN_IDS]) for v in verdicts]
     reasons = left_out(verdicts)
-    Console(stderr=True).print(
-        f"wrote {count} {what}" + (f"; calls left out: {reasons}" if reasons else ""), highlight=False
-    )
+    console = Console(stderr=True)
+    console.print(f"wrote {count} {what}" + (f"; calls left out: {reasons}" if reasons else ""), highlight=False)
+    if (
+        args.format == "transitions"
+        and retokenizer is None
+        and any(item.verdict.rollout.metadata.get("source") == SOURCE for item in judged)
+    ):
+        console.print("imported traces carry no token ids: pass --tokenizer MODEL to retokenize them", highlight=False)
     return 0
 
 

@@ -281,6 +281,10 @@ def chat_records(
 ) -> list[dict[str, JsonValue]]:
     """One SFT conversation per call (its request messages, then its answer), role filter applied.
 
+    Earlier assistant turns are context, marked ``"weight": 0`` as in OpenAI's fine-tuning format
+    (relight-torch's SFT skips them), so a call's record teaches only that call's answer and the
+    role filter holds.
+
     ``reward`` is the call's credited reward when its trace recorded one, else null; ``min_reward``
     keeps only calls credited at least that (so it leaves out unrewarded ones).
     """
@@ -295,7 +299,8 @@ def chat_records(
             reward = call.reward if rollout.reward is not None else None
             if min_reward is not None and (reward is None or reward < min_reward):
                 continue
-            record: dict[str, JsonValue] = {"messages": cast(list[JsonValue], [*messages, response])}
+            context = [{**m, "weight": 0} if m.get("role") == "assistant" else m for m in messages]
+            record: dict[str, JsonValue] = {"messages": cast(list[JsonValue], [*context, response])}
             if tools:
                 record["tools"] = cast(list[JsonValue], tools)
             record |= {
