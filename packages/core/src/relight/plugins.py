@@ -93,7 +93,10 @@ def _load_entry_points(manager: pluggy.PluginManager) -> None:
 
 
 def registry(kind: str) -> Registry:
-    """The registry of ``kind``: ``stores``, ``adapters``, ``credit_assigners``, ``algorithms``, ``engines``, ``loggers``."""
+    """The registry of ``kind``: ``stores``, ``adapters``, ``credit_assigners``, ``algorithms``, ``engines``…
+
+    …or ``loggers`` (experiment trackers).
+    """
     with _lock:
         if kind not in _registries:
             hook = getattr(plugin_manager().hook, f"relight_register_{kind}", None)
