@@ -282,7 +282,6 @@ class Trainer:
             "max_attempts": self.max_attempts,
             "dynamic_sampling": self.dynamic_sampling,
             "roles": str(self.transitions.roles) if self.transitions.roles is not None else None,
-            "credit": getattr(self.transitions.assign, "__name__", type(self.transitions.assign).__name__),
         }
 
     def _training(self, loop: _Loop, algorithm: Algorithm, hooks: LoopHooks) -> TrainingLoop:

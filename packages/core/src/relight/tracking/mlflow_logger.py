@@ -20,8 +20,10 @@ class MlflowLogger:
     """Logs each step to an MLflow run; the run's configuration becomes its parameters.
 
     Args:
-        tracking_uri: a tracking server (``http://…``) or a local store (``file:///…/mlruns``); by
-            default ``$MLFLOW_TRACKING_URI``, else ``mlruns`` in the run folder.
+        tracking_uri: a tracking server (``http://…``), a database (``sqlite:///mlflow.db``, with the
+            full ``mlflow``) or a local file store (``file:///…/mlruns``); by default
+            ``$MLFLOW_TRACKING_URI``, else a file store ``mlruns`` in the run folder (for which
+            ``MLFLOW_ALLOW_FILE_STORE=true`` is set, as MLflow 3 requires).
         experiment: the experiment's name (created when missing).
     """
 
@@ -40,7 +42,12 @@ class MlflowLogger:
             raise ImportError("the mlflow logger needs MLflow: pip install 'relight[mlflow]'") from error
         import os
 
-        uri = self.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or (run.path / "mlruns").as_uri()
+        uri = self.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+        if uri is None:
+            # A file store in the run folder needs no server and no database driver (mlflow-skinny has
+            # none); MLflow 3 asks for this switch before it opens one.
+            uri = (run.path / "mlruns").as_uri()
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         self.tracking_uri = uri
         self.client = MlflowClient(tracking_uri=uri)
         found = self.client.get_experiment_by_name(self.experiment)
