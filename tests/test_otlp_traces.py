@@ -41,7 +41,8 @@ from relight.otlp import (
 from relight.store import Store
 from relight.transitions import read_jsonl
 from relight.verdicts import Note, Reason
-from relight_torch.sft import SFT, conversation_samples, read_conversations
+from relight_torch.grpo import GRPO
+from relight_torch.sft import SFT, conversation_samples, read_conversations, transition_samples
 from relight_torch.tiny import tiny_engine, tiny_tokenizer
 
 SYSTEM = "You answer questions about the weather."
@@ -64,7 +65,7 @@ FIRST_PROMPT = [{"role": "system", "content": SYSTEM}, {"role": "user", "content
 FIRST_ANSWER = {"role": "assistant", "content": "", "tool_calls": [CALL]}
 SECOND_PROMPT = [*FIRST_PROMPT, FIRST_ANSWER, {"role": "tool", "content": RESULT, "tool_call_id": "call_1"}]
 SECOND_ANSWER = {"role": "assistant", "content": ANSWER}
-OPTIONS = ImportOptions(reward_attribute="app.reward", reward_event="feedback")
+OPTIONS = ImportOptions(reward_attribute="app.reward", reward_event="feedback", group_attribute="app.task")
 
 Attributes = dict[str, Any]
 
@@ -171,7 +172,9 @@ DIALECTS: dict[str, dict[str, Callable[..., Attributes]]] = {
 def langchain_style(tracer: Tracer, dialect: str) -> str:
     """A LangGraph run: researcher (a call that asks for a tool, the tool), writer (a call that answers)."""
     parts = DIALECTS[dialect]
-    with tracer.start_as_current_span("LangGraph", attributes={**parts["root"](), "app.reward": 1.0}) as root:
+    with tracer.start_as_current_span(
+        "LangGraph", attributes={**parts["root"](), "app.reward": 1.0, "app.task": "weather"}
+    ) as root:
         with tracer.start_as_current_span("researcher", attributes=parts["node"]("researcher")):
             with tracer.start_as_current_span("chat gpt-4o", attributes=parts["call"](True)):
                 pass
@@ -195,7 +198,7 @@ def agents_sdk_style(tracer: Tracer) -> str:
     Triage's call is traced the older way (one span event per message), Weather's the current way.
     """
     handoff = {"id": "call_h", "type": "function", "function": {"name": "transfer_to_weather", "arguments": "{}"}}
-    with tracer.start_as_current_span("Agent workflow") as root:
+    with tracer.start_as_current_span("Agent workflow", attributes={"app.task": "weather"}) as root:
         with (
             tracer.start_as_current_span(
                 "invoke_agent Triage",
@@ -449,4 +452,15 @@ def test_traces_become_sft_data_that_relight_torch_trains_on(tmp_path: Path, ret
     assert main(["export", "--store", store_url, "--tokenizer", str(folder), "-o", str(transitions_path)]) == 0
     transitions = read_jsonl(transitions_path)
     assert sorted(t.role or "" for t in transitions) == ["Triage", "Weather", "researcher", "writer"]
-    assert all(t.retokenized for t in transitions)
+    assert all(t.retokenized and t.response_logprobs is None for t in transitions)
+    assert {t.group_id for t in transitions} == {"weather"}  # both traces ran the same task (app.task)
+
+    # relight-torch learns from the logged transitions offline: rejection-sampling SFT on the rewarded ones,
+    # and GRPO, whose missing behaviour logprobs the policy recomputes.
+    with tiny_engine(seed=0) as engine:
+        assert len(transition_samples(transitions, min_reward=1.0)) == 2
+        grpo = GRPO(engine, lr=1e-3)
+        metrics = asyncio.run(grpo.update(transitions))
+        assert "update_skipped" not in metrics
+        assert metrics["samples_without_logprobs"] == 4
+        assert grpo.policy_version == 1
