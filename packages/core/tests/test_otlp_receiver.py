@@ -1,10 +1,14 @@
 """The OTLP/HTTP receiver refuses bad bodies whole, with the status the specification names, and groups
 the spans it takes into rollouts. Bodies are built with OTLP's own protobuf types."""
 
+import asyncio
 import gzip
 import json
+import signal
+import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -17,6 +21,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
+from relight import open_store
 from relight._server import AsgiServer
 from relight.models import RolloutRequest, RolloutStatus, SpanKind
 from relight.otlp import ImportOptions, create_otlp_app
@@ -194,3 +199,60 @@ def test_without_opentelemetry_proto_it_says_what_to_install(monkeypatch: pytest
     monkeypatch.setitem(sys.modules, "opentelemetry.proto.collector.trace.v1", None)
     with pytest.raises(ImportError, match=r"pip install 'relight\[otlp\]'"):
         create_otlp_app(InMemoryStore())
+
+
+def test_a_session_attribute_groups_traces_into_one_rollout() -> None:
+    store = InMemoryStore()
+    with AsgiServer(create_otlp_app(store, ImportOptions(session_attribute="session.id"))) as server:
+        for trace, span_id in (("1" * 32, "00f067aa0ba902b7"), ("2" * 32, "1111111111111111")):
+            request = ExportTraceServiceRequest()
+            _span(request, span_id, trace=trace, **LLM_ATTRIBUTES, **{"session.id": "conversation-7"})
+            assert _post(server, request.SerializeToString(), "application/x-protobuf").status_code == 200
+        later = ExportTraceServiceRequest()
+        _span(later, "2222222222222222", trace="2" * 32)  # the second trace's root, without the attribute
+        assert _post(server, later.SerializeToString(), "application/x-protobuf").status_code == 200
+        (rollout,) = server.call(store.list_rollouts())
+        assert rollout.rollout_id == "otlp-session-conversation-7"
+        assert rollout.metadata["trace_ids"] == ["1" * 32]
+        spans = server.call(store.query_spans(rollout.rollout_id))
+        assert {span.span_id for span in spans} == {"00f067aa0ba902b7", "1111111111111111", "2222222222222222"}
+        assert {span.trace_id for span in spans} == {"1" * 32, "2" * 32}
+
+
+def test_relight_otlp_serve_receives_until_terminated(tmp_path: Path) -> None:
+    store_url = f"sqlite:///{tmp_path / 'traces.db'}"
+    command = [sys.executable, "-m", "relight.cli", "otlp", "serve", "--store", store_url, "--port", "0"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as server:
+        assert server.stdout is not None
+        line = server.stdout.readline()
+        assert line.startswith(f"receiving OTLP traces into {store_url} at http://127.0.0.1:"), (
+            line + server.communicate()[1]
+        )
+        request = ExportTraceServiceRequest()
+        _span(request, "00f067aa0ba902b7", **LLM_ATTRIBUTES)
+        endpoint = line.split()[-1]
+        response = httpx.post(
+            endpoint, content=request.SerializeToString(), headers={"content-type": "application/x-protobuf"}
+        )
+        assert response.status_code == 200
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(60) == 0
+
+    async def stored() -> list[str]:
+        opened = open_store(store_url)
+        try:
+            return [rollout.rollout_id for rollout in await opened.list_rollouts()]
+        finally:
+            await opened.close()
+
+    assert asyncio.run(stored()) == [f"otlp-{TRACE}"]
+
+
+def test_a_token_keeps_out_exporters_without_it() -> None:
+    store = InMemoryStore()
+    with AsgiServer(create_otlp_app(store, token="s3cret")) as server:
+        request = ExportTraceServiceRequest()
+        _span(request, "00f067aa0ba902b7", **LLM_ATTRIBUTES)
+        body = request.SerializeToString()
+        assert _post(server, body, "application/x-protobuf").status_code == 401
+        assert _post(server, body, "application/x-protobuf", authorization="Bearer s3cret").status_code == 200

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import signal
 
 from rich.console import Console
 
@@ -68,15 +69,23 @@ def serve_otlp_command(args: argparse.Namespace) -> int:
     def announce(endpoint: str) -> None:
         console.print(f"receiving OTLP traces into {url} at {endpoint}", highlight=False, soft_wrap=True)
 
-    serving = serve_otlp(
-        open_store(url),
-        options,
-        host=args.host,
-        port=args.port,
-        max_body_bytes=args.max_body_bytes or DEFAULT_MAX_BODY_BYTES,
-        token=args.token,
-        on_ready=announce,
-    )
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serving)
+    async def serve_until_signalled() -> None:
+        """Serve until SIGINT or SIGTERM, then close the store: a terminated receiver exits cleanly."""
+        task = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+        for stop in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(stop, task.cancel)
+        with contextlib.suppress(asyncio.CancelledError):
+            await serve_otlp(
+                open_store(url),
+                options,
+                host=args.host,
+                port=args.port,
+                max_body_bytes=args.max_body_bytes or DEFAULT_MAX_BODY_BYTES,
+                token=args.token,
+                on_ready=announce,
+            )
+
+    asyncio.run(serve_until_signalled())
     return 0
