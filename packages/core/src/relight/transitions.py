@@ -195,7 +195,11 @@ class TransitionBuilder:
         attributes = item.span.attributes
         prompt_ids, response_ids = attributes.get(semconv.PROMPT_TOKEN_IDS), attributes.get(semconv.RESPONSE_TOKEN_IDS)
         if not (isinstance(prompt_ids, list) and prompt_ids and isinstance(response_ids, list)):
-            detail = "the upstream returned no token ids and the gateway had no retokenizer"
+            detail = (
+                "an imported trace holds text, not token ids: retokenize it (relight export --tokenizer MODEL)"
+                if semconv.IMPORT_MISSING in attributes
+                else "the upstream returned no token ids and the gateway had no retokenizer"
+            )
             return CallVerdict(item.span, step, item.role, reward, None, Reason.NO_TOKEN_IDS, detail)
         notes = [Note.RETOKENIZED] if attributes.get(semconv.RETOKENIZED) is True else []
         if attributes.get(semconv.RETOKENIZED_EXACT) is False:

@@ -51,8 +51,8 @@ IMPORT_WORKER = "relight-otlp"
 """The worker id the importer claims its rollouts as."""
 SOURCE = "otlp"
 """``metadata["source"]`` of an imported rollout."""
-MISSING = "relight.import.missing"
-DIALECT = "relight.import.dialect"
+MISSING = semconv.IMPORT_MISSING
+DIALECT = semconv.IMPORT_DIALECT
 RESOURCE = "relight.otlp.resource"
 SCOPE = "relight.otlp.scope"
 EVENTS = "relight.otlp.events"
