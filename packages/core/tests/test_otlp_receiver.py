@@ -145,6 +145,16 @@ def test_bodies_over_the_limit_get_413_also_once_inflated(served: tuple[AsgiServ
     _nothing_stored(server, store)
 
 
+def test_a_truncated_gzip_body_is_400(served: tuple[AsgiServer, InMemoryStore]) -> None:
+    server, store = served
+    request = ExportTraceServiceRequest()
+    _span(request, "00f067aa0ba902b7", **LLM_ATTRIBUTES)
+    cut = gzip.compress(request.SerializeToString())[:-12]
+    response = _post(server, cut, "application/x-protobuf", **{"content-encoding": "gzip"})
+    assert response.status_code == 400
+    _nothing_stored(server, store)
+
+
 def test_an_unknown_content_type_is_415(served: tuple[AsgiServer, InMemoryStore]) -> None:
     server, store = served
     response = _post(server, b"{}", "text/plain")

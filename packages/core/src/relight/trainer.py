@@ -26,6 +26,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcon
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import JsonValue
 from rich.console import Console
@@ -271,7 +272,7 @@ class Trainer:
         return {
             "algorithm": type(algorithm).__name__,
             "model": str(algorithm.model),
-            "store": _named(store_url),
+            "store": _without_password(_named(store_url)),
             "batch_size": self.batch_size,
             "n_samples": self.n_samples,
             "epochs": self.epochs,
@@ -504,6 +505,14 @@ class Trainer:
                     await self._role_check.check(loop.store, rollouts)
                 if all(rollout.is_finished for rollout in rollouts):
                     return rollouts
+
+
+def _without_password(url: str) -> str:
+    """A store URL fit to send to a third-party tracker: ``postgresql://user:***@host/db``."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)))
 
 
 def _named(store: Store | str) -> str:

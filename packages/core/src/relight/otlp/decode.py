@@ -9,7 +9,6 @@ Everything is checked before anything is returned, so a body is taken whole or r
 from __future__ import annotations
 
 import base64
-import gzip
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -105,10 +104,12 @@ def _inflate(body: bytes, encoding: str | None, max_bytes: int) -> bytes:
     inflater = zlib.decompressobj(wbits=31 if encoding == "gzip" else 15)
     try:
         raw = inflater.decompress(body, max_bytes + 1)
-    except (zlib.error, gzip.BadGzipFile) as error:
+    except zlib.error as error:
         raise OtlpBodyError(f"the body is not valid {encoding}: {error}") from None
     if len(raw) > max_bytes:
         raise OtlpBodyTooLargeError(f"the body inflates to more than {max_bytes} bytes, the receiver's limit")
+    if not inflater.eof:
+        raise OtlpBodyError(f"the {encoding} body is cut short")
     return raw
 
 

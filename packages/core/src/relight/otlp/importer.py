@@ -208,8 +208,6 @@ def _add_llm_attributes(attributes: dict[str, JsonValue], span: ForeignSpan) -> 
         missing.append("output_messages")
     if text.tools:
         derived[semconv.GEN_AI_TOOL_DEFINITIONS] = json.dumps(text.tools)
-    if text.model:
-        derived.setdefault(semconv.GEN_AI_REQUEST_MODEL, text.model)
     if text.finish_reasons:
         derived[semconv.GEN_AI_RESPONSE_FINISH_REASONS] = list[JsonValue](text.finish_reasons)
     if text.input_tokens is not None:
@@ -224,10 +222,11 @@ def _add_llm_attributes(attributes: dict[str, JsonValue], span: ForeignSpan) -> 
     derived[MISSING] = list[JsonValue](missing)
     for key, value in derived.items():
         original = attributes.get(key)
-        if original is not None and original != value and key != semconv.GEN_AI_REQUEST_MODEL:
+        if original is not None and original != value:
             attributes[ORIGINAL + key] = original
-        if key != semconv.GEN_AI_REQUEST_MODEL or original is None:
-            attributes[key] = value
+        attributes[key] = value
+    if text.model and semconv.GEN_AI_REQUEST_MODEL not in attributes:
+        attributes[semconv.GEN_AI_REQUEST_MODEL] = text.model
 
 
 def _rewards(span: ForeignSpan, options: ImportOptions) -> list[tuple[float, int, str]]:
@@ -314,7 +313,8 @@ class TraceImporter:
         merged: dict[str, _Group] = {}
         for group in groups:
             known = {self._rollout_of_trace.get(trace_id) for trace_id in group.trace_ids} - {None}
-            rollout_id = known.pop() if len(known) == 1 and group.rollout_id.startswith("otlp-") else group.rollout_id
+            by_trace = not group.rollout_id.startswith("otlp-session-")
+            rollout_id = known.pop() if len(known) == 1 and by_trace else group.rollout_id
             assert rollout_id is not None
             if rollout_id != group.rollout_id:
                 group.spans = [

@@ -28,7 +28,7 @@ from relight.models import Rollout, Span, SpanKind, Transition
 from relight.otlp.dialects import agent_name
 from relight.store import Store
 from relight.transitions import RoleFilter, TransitionBuilder, episode_return, role_matches
-from relight.verdicts import RolloutVerdict
+from relight.verdicts import Reason, RolloutVerdict
 
 __all__ = [
     "EXACT",
@@ -291,7 +291,7 @@ def chat_records(
     records: list[dict[str, JsonValue]] = []
     for rollout in imported:
         for call in rollout.verdict.calls:
-            if not role_matches(roles, call.role):
+            if call.reason is Reason.FAILED_CALL or not role_matches(roles, call.role):
                 continue
             messages, response, tools = _call(call.span)
             if messages is None or response is None:
