@@ -399,7 +399,9 @@ def test_the_three_dialects_give_the_same_transitions(tmp_path: Path, retokenize
     assert found["openllmetry"] == found["gen_ai"]
 
 
-def test_traces_become_sft_data_that_relight_torch_trains_on(tmp_path: Path, retokenizer: TemplateRetokenizer) -> None:
+def test_traces_become_sft_data_that_relight_torch_trains_on(
+    tmp_path: Path, retokenizer: TemplateRetokenizer, capsys: pytest.CaptureFixture[str]
+) -> None:
     database = tmp_path / "traces.db"
     with receiver(database) as (server, _):
         export(server, "protobuf", lambda tracer: langchain_style(tracer, "openllmetry"))
@@ -444,6 +446,13 @@ def test_traces_become_sft_data_that_relight_torch_trains_on(tmp_path: Path, ret
         before = sft.loss(samples)
         sft.fit(samples, steps=3, batch_size=1, warmup=1)
         assert sft.loss(samples) < before
+
+    # Transitions need token ids: without a tokenizer none are written, and the command says what to pass.
+    capsys.readouterr()
+    assert main(["export", "--store", store_url, "-o", str(tmp_path / "none.jsonl")]) == 0
+    said = capsys.readouterr().err
+    assert "wrote 0 transition(s); calls left out: 4 no token ids, 1 failed call" in said
+    assert "pass --tokenizer MODEL to retokenize them" in said
 
     # Transitions with token ids, retokenized by the tokenizer saved as a model folder.
     folder = tmp_path / "tokenizer"
