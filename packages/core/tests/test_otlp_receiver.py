@@ -266,3 +266,20 @@ def test_a_token_keeps_out_exporters_without_it() -> None:
         body = request.SerializeToString()
         assert _post(server, body, "application/x-protobuf").status_code == 401
         assert _post(server, body, "application/x-protobuf", authorization="Bearer s3cret").status_code == 200
+
+
+def test_a_span_sent_again_is_stored_once_and_a_changed_one_is_refused(
+    served: tuple[AsgiServer, InMemoryStore],
+) -> None:
+    server, store = served
+    request = ExportTraceServiceRequest()
+    _span(request, "00f067aa0ba902b7", **LLM_ATTRIBUTES)
+    body = request.SerializeToString()
+    assert _post(server, body, "application/x-protobuf").status_code == 200
+    assert _post(server, body, "application/x-protobuf").status_code == 200  # an exporter's retry
+    changed = ExportTraceServiceRequest()
+    _span(changed, "00f067aa0ba902b7", **{**LLM_ATTRIBUTES, "gen_ai.request.model": "other"})
+    _span(changed, "1111111111111111", **{"app.reward": 1.0})
+    response = _post(server, changed.SerializeToString(), "application/x-protobuf")
+    assert response.status_code == 400
+    assert server.call(store.stats()).spans == 1

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -291,6 +291,7 @@ class TraceImporter:
                     "the store has queued rollouts, so importing traces could take a runner's work: "
                     "give the OTLP receiver a store of its own (relight otlp serve --store sqlite:///traces.db)"
                 )
+            await self._check_no_conflict(groups, existing)
             existing |= await self._create(new)
             spans = [
                 span.model_copy(update={"attempt_id": existing[group.rollout_id]})
@@ -307,6 +308,27 @@ class TraceImporter:
             result.spans = len(spans)
             result.new_rollouts = [group.rollout_id for group in new]
             return result
+
+    async def _check_no_conflict(self, groups: Sequence[_Group], existing: Mapping[str, str]) -> None:
+        """Refuse, before any write, a span whose id is already taken by a different span (in this request or stored).
+
+        An exporter that sends a span again (a retry) sends the same span, which is stored once.
+        """
+        for group in groups:
+            seen: dict[str, Span] = {}
+            if group.rollout_id in existing:
+                stored = await self.store.query_spans(group.rollout_id, existing[group.rollout_id])
+                seen = {
+                    span.span_id: span.model_copy(update={"sequence_id": None, "attempt_id": _PENDING})
+                    for span in stored
+                }
+            for span in group.spans:
+                earlier = seen.setdefault(span.span_id, span)
+                if earlier != span:
+                    raise OtlpBodyError(
+                        f"span {span.span_id} of trace {span.trace_id} was already received with different content; "
+                        "span ids must be unique within a trace"
+                    )
 
     def _join_known(self, groups: list[_Group]) -> list[_Group]:
         """A trace already known to belong to a session rollout goes there, though this batch lacks the attribute."""

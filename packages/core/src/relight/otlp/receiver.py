@@ -24,7 +24,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from relight._server import AsgiServer
-from relight.errors import StoreError, StoreUnavailableError
+from relight.errors import RelightError, StoreUnavailableError
 from relight.otlp.decode import OtlpBodyError, OtlpBodyTooLargeError, decode_traces, require_proto
 from relight.otlp.importer import ImportOptions, StoreNotDedicatedError, TraceImporter
 from relight.store import Store
@@ -39,7 +39,14 @@ DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 _PROTOBUF = "application/x-protobuf"
 _JSON = "application/json"
 # google.rpc.Code values
-_INVALID_ARGUMENT, _RESOURCE_EXHAUSTED, _FAILED_PRECONDITION, _UNAVAILABLE, _UNAUTHENTICATED = 3, 8, 9, 14, 16
+_INVALID_ARGUMENT, _RESOURCE_EXHAUSTED, _FAILED_PRECONDITION, _INTERNAL, _UNAVAILABLE, _UNAUTHENTICATED = (
+    3,
+    8,
+    9,
+    13,
+    14,
+    16,
+)
 
 
 def create_otlp_app(
@@ -88,9 +95,9 @@ def create_otlp_app(
             return _status(409, _FAILED_PRECONDITION, str(error), media)
         except StoreUnavailableError as error:
             return _status(503, _UNAVAILABLE, f"the store is unavailable: {error}", media)
-        except StoreError as error:
+        except RelightError as error:
             logger.exception("relight: storing traces failed")
-            return _status(500, _UNAVAILABLE, f"the store failed: {error}", media)
+            return _status(500, _INTERNAL, f"storing the traces failed: {error}", media)
         answer = service.ExportTraceServiceResponse()
         if result.rejected_spans:
             answer.partial_success.rejected_spans = result.rejected_spans
