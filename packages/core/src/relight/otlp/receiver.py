@@ -7,8 +7,9 @@ Answers follow the specification: 200 with an ``ExportTraceServiceResponse`` in 
 encoding (its ``partial_success`` counting spans of traces that held no LLM call); 400 with a
 ``google.rpc.Status`` naming what is wrong in the body; 413 for a body over ``max_body_bytes``
 (checked on the declared length, while reading, and after decompression); 415 for an unknown
-content type; 503 when the store is unavailable, which exporters retry. A request is decoded and
-checked whole before the store is touched, so a bad one leaves nothing behind.
+content type; 401 without the bearer token when one is set; 409 when the store has queued work (the
+receiver wants a store of its own); 503 when the store is unavailable, which exporters retry. A
+request is decoded and checked whole before the store is touched, so a bad one leaves nothing behind.
 """
 
 from __future__ import annotations
