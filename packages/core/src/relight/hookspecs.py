@@ -50,3 +50,12 @@ def relight_register_credit_assigners(
     ``lookup(name, **options)`` makes another registered assigner, for a strategy that builds on one
     (``air`` adds tool rewards to a base strategy's credit); a plugin that needs none leaves it out.
     """
+
+
+@hookspec
+def relight_register_loggers(register: Callable[[str, Callable[..., Any]], None]) -> None:
+    """Register experiment trackers by name (``"wandb"``), for ``Trainer(loggers=["wandb"])`` and ``RELIGHT_LOGGERS``.
+
+    The factory takes keyword options (none are required) and returns a
+    :class:`relight.tracking.ExperimentLogger`; it must import its tracker's client lazily, in ``start``.
+    """

@@ -56,13 +56,15 @@ def assistant_turns(
 ) -> list[tuple[list[int], list[int]]]:
     """``(prompt ids, response ids)`` for each assistant message: what the model saw and what it should say.
 
+    An assistant message with ``"weight": 0`` (OpenAI's fine-tuning format) is context only: no sample.
+
     Raises:
         ValueError: the template renders a conversation's start differently once it goes on, so
             an assistant turn's tokens cannot be told apart from the prompt's.
     """
     turns: list[tuple[list[int], list[int]]] = []
     for index, message in enumerate(messages):
-        if message.get("role") != "assistant":
+        if message.get("role") != "assistant" or message.get("weight") == 0:
             continue
         prompt = render(tokenizer, messages[:index], tools=tools, add_generation_prompt=True)
         full = render(tokenizer, messages[: index + 1], tools=tools)

@@ -13,18 +13,19 @@ from collections.abc import Sequence
 from rich.console import Console
 
 from relight import __version__
-from relight.cli import dashboard, export, rollouts, runner, stats, store
+from relight.cli import dashboard, export, otlp, rollouts, runner, stats, store
 from relight.errors import RelightError
 
 __all__ = ["COMMAND_GROUPS", "main"]
 
-COMMAND_GROUPS = (rollouts, stats, store, export, runner, dashboard)
+COMMAND_GROUPS = (rollouts, stats, store, export, runner, dashboard, otlp)
 
 _DESCRIPTION = """\
 Reinforcement learning for the agents you already have.
 
 These commands look into a store (the rollouts, attempts and spans of a run), serve one over
-HTTP, and run an agent's rollouts on any host (relight runner). A store is named by URL:
+HTTP, run an agent's rollouts on any host (relight runner), and receive OpenTelemetry GenAI
+traces as rollouts (relight otlp serve). A store is named by URL:
 sqlite:///runs/store.db (a file relative to the working directory; sqlite:////abs/store.db, with
 four slashes, is absolute), postgresql://user@host/db (a PostgreSQL database),
 http://host:port (a store server) or memory://. Commands take it from --store, or from

@@ -1,60 +1,125 @@
-"""``relight export``: a store's finished rollouts as transitions in JSONL, for SFT or offline RL."""
+"""``relight export``: a store's finished rollouts as transitions or SFT conversations in JSONL.
+
+Rollouts imported from OpenTelemetry traces (``relight otlp serve``) carry text, not token ids:
+``--tokenizer`` retokenizes them with the policy's chat template (see :mod:`relight.otlp.transitions`).
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from collections.abc import Iterable
+from dataclasses import replace
+from typing import IO
 
 from rich.console import Console
 
 from relight.cli._common import AddCommand, add_store_option, with_store
 from relight.cli._verdicts import add_builder_options, builder_for, left_out, training_summary
-from relight.records import Mode
+from relight.otlp.importer import SOURCE
+from relight.otlp.transitions import ImportedRollout, TemplateRetokenizer, chat_records, explain_imported
+from relight.records import Mode, Rollout, Transition
 from relight.store import Store
-from relight.transitions.builder import write_jsonl
-from relight.transitions.verdicts import RolloutVerdict
+from relight.transitions.builder import TransitionBuilder, episode_return, last_attempt_spans, write_jsonl
+from relight.transitions.verdicts import Reason, RolloutVerdict
 
 
 def register(add_command: AddCommand) -> None:
     parser = add_command(
         "export",
-        help="write transitions as JSONL",
+        help="write transitions or SFT conversations as JSONL",
         description=(
             "Turn the store's finished rollouts into transitions (one LLM call each: prompt and response "
-            "token ids, logprobs, credited reward, role, group) and write them as JSON lines."
+            "token ids, logprobs, credited reward, role, group) and write them as JSON lines; or, with "
+            "--format chat, one conversation per call ({messages, tools, role, reward}) for supervised fine-tuning."
         ),
     )
     add_store_option(parser)
     parser.add_argument("--out", "-o", metavar="PATH", default="-", help="the JSONL file (default: standard output)")
+    parser.add_argument(
+        "--format",
+        choices=["transitions", "chat"],
+        default="transitions",
+        help="transitions (token ids) or chat (OpenAI messages, as relight-torch's SFT reads them)",
+    )
     parser.add_argument("--mode", choices=[m.value for m in Mode], help="only train or only val rollouts")
     parser.add_argument("--credit", default="identical", help="credit assigner: identical, discounted, per_step, air")
     parser.add_argument("--gamma", type=float, help="the discount of discounted and per_step credit")
     parser.add_argument("--group-by-role", action="store_true", help="group by task and role rather than by task")
+    parser.add_argument(
+        "--min-reward", type=float, metavar="R", help="keep only calls credited at least R (unrewarded ones left out)"
+    )
+    parser.add_argument(
+        "--tokenizer",
+        metavar="MODEL",
+        help="retokenize imported traces with this model's tokenizer and chat template (a local folder or cached name)",
+    )
     add_builder_options(parser)
     parser.set_defaults(run=export)
 
 
 def export(args: argparse.Namespace) -> int:
     options = {} if args.gamma is None else {"gamma": args.gamma}
+    retokenizer = TemplateRetokenizer.for_model(args.tokenizer) if args.tokenizer else None
 
-    async def build(store: Store) -> tuple[list[RolloutVerdict], list[RolloutVerdict]]:
+    async def build(store: Store) -> tuple[TransitionBuilder, list[ImportedRollout], list[RolloutVerdict]]:
         builder = await builder_for(store, args, credit=args.credit, group_by_role=args.group_by_role, **options)
         rollouts = await store.list_rollouts(mode=Mode(args.mode) if args.mode else None)
         finished = [rollout for rollout in rollouts if rollout.is_finished]
-        exported = [await builder.explain(store, rollout, training=False) for rollout in finished]
-        trained = [await builder.explain(store, rollout) for rollout in finished]
-        return exported, trained
+        imported = [r for r in finished if r.metadata.get("source") == SOURCE]
+        traced = [r for r in finished if r.metadata.get("source") != SOURCE]
+        judged = await explain_imported(store, builder, retokenizer, imported)
+        judged += [await _explain(store, builder, rollout) for rollout in traced]
+        trained = [await builder.explain(store, rollout) for rollout in traced]
+        return builder, judged, trained
 
-    exported, trained = with_store(args, build)
-    count = write_jsonl(
-        (t for verdict in exported for t in verdict.transitions), sys.stdout if args.out == "-" else args.out
-    )
-    reasons = left_out(exported)
-    Console(stderr=True).print(
-        f"wrote {count} transition(s)"
+    builder, judged, trained = with_store(args, build)
+    verdicts = [item.verdict for item in judged]
+    destination: IO[str] | str = sys.stdout if args.out == "-" else args.out
+    if args.format == "chat":
+        records = chat_records(judged, roles=builder.roles, min_reward=args.min_reward)
+        count = _write_records(records, destination)
+        what = "conversation(s)"
+    else:
+        transitions = (t for item in judged for t in item.transitions)
+        count = write_jsonl(_rewarded(transitions, args.min_reward), destination)
+        what = "transition(s)"
+    if args.format == "chat":  # conversations need text, not token ids
+        verdicts = [replace(v, calls=[c for c in v.calls if c.reason is not Reason.NO_TOKEN_IDS]) for v in verdicts]
+    reasons = left_out(verdicts)
+    console = Console(stderr=True)
+    console.print(
+        f"wrote {count} {what}"
         + (f"; calls left out: {reasons}" if reasons else "")
-        + f"; {training_summary(trained)}",
+        + (f"; {training_summary(trained)}" if trained else ""),
         highlight=False,
         soft_wrap=True,
     )
+    if (
+        args.format == "transitions"
+        and retokenizer is None
+        and any(item.verdict.rollout.metadata.get("source") == SOURCE for item in judged)
+    ):
+        console.print("imported traces carry no token ids: pass --tokenizer MODEL to retokenize them", highlight=False)
     return 0
+
+
+async def _explain(store: Store, builder: TransitionBuilder, rollout: Rollout) -> ImportedRollout:
+    verdict = await builder.explain(store, rollout, training=False)
+    return ImportedRollout(verdict, episode_return(await last_attempt_spans(store, rollout.rollout_id)))
+
+
+def _rewarded(transitions: Iterable[Transition], min_reward: float | None) -> Iterable[Transition]:
+    return (t for t in transitions if min_reward is None or t.reward >= min_reward)
+
+
+def _write_records(records: Iterable[object], destination: IO[str] | str) -> int:
+    if isinstance(destination, str):
+        with open(destination, "w", encoding="utf-8") as file:
+            return _write_records(records, file)
+    count = 0
+    for record in records:
+        destination.write(json.dumps(record, ensure_ascii=False) + "\n")
+        count += 1
+    return count

@@ -10,6 +10,7 @@ from relight.errors import ConfigError
 from relight.gateway import Retokenizer
 from relight.runners.group import RunnerGroup
 from relight.store import DEFAULT_LEASE_SECONDS, Store
+from relight.tracking import ExperimentLogger
 from relight.transitions.builder import TransitionBuilder
 
 __all__ = ["GatewayOptions", "TrainerOptions"]
@@ -56,6 +57,7 @@ class TrainerOptions:
     run_dir: Path | None = None
     progress_every: float = 30.0
     dynamic_sampling: int = 0
+    loggers: tuple[ExperimentLogger | str, ...] = ()
 
     def __post_init__(self) -> None:
         for name, value in (

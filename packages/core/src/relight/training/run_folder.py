@@ -32,6 +32,7 @@ from typing import Literal, cast
 
 from pydantic import JsonValue
 
+from relight.tracking._logger import LoggerSet
 from relight.training.run_plot import plot_rewards
 
 __all__ = ["RUNS_ENV", "RunFolder", "default_run_dir"]
@@ -64,7 +65,8 @@ def default_run_dir(root: str | Path | None = None) -> Path:
 
 
 class RunFolder:
-    """Writes a run's metrics, summary, reward curve and checkpoints under ``path`` (created if missing)."""
+    """Writes a run's metrics, summary, reward curve and checkpoints under ``path`` (created if missing),
+    and hands every metrics row to ``loggers`` (see :mod:`relight.tracking`)."""
 
     def __init__(
         self,
@@ -73,8 +75,11 @@ class RunFolder:
         keep_checkpoints: int = 2,
         plot_every: float = PLOT_EVERY_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        loggers: LoggerSet | None = None,
     ) -> None:
         self.path = Path(path).resolve()
+        self.loggers = loggers or LoggerSet([])
+        """Experiment trackers (W&B, MLflow, TensorBoard) that receive every row too."""
         self.path.mkdir(parents=True, exist_ok=True)
         self.keep_checkpoints = keep_checkpoints
         self.plot_every = plot_every
@@ -111,6 +116,7 @@ class RunFolder:
         self.rows.append(row)
         with self.metrics_path.open("a", encoding="utf-8") as file:
             file.write(json.dumps(row) + "\n")
+        self.loggers.log(kind, row)
         if self._plotted is None or self._clock() - self._plotted[1] >= self.plot_every:
             self._plot()
 
@@ -191,6 +197,7 @@ class RunFolder:
             known["final_val_reward_mean"] = val[-1].get("val_reward_mean")
         text = json.dumps({**known, **summary}, indent=2)
         self.summary_path.write_text(text + "\n", encoding="utf-8")
+        self.loggers.finish({**known, **summary})
 
     def add_to_summary(self, extra: Mapping[str, JsonValue]) -> dict[str, JsonValue]:
         """Merge ``extra`` into the summary.json already written (a demo's evaluation); returns the result."""

@@ -31,6 +31,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcon
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import JsonValue
 from rich.console import Console
@@ -48,6 +49,7 @@ from relight.runners.processes import RunnerProcesses
 from relight.runners.runner import Runner
 from relight.runners.supervisor import RunnerSupervisor
 from relight.store import DEFAULT_LEASE_SECONDS, Store
+from relight.tracking import ExperimentLogger, LoggerSet, RunInfo, resolve_loggers
 from relight.training.async_loop import AsyncTraining
 from relight.training.dev_report import DevResult, dev_result, dev_row, dev_table
 from relight.training.loop import LoopHooks, Resume, TrainingLoop
@@ -122,6 +124,10 @@ class Trainer:
         progress_every: seconds between progress lines when the console is not a terminal.
         dynamic_sampling: at most this many extra rounds per step that sample again the tasks whose
             group has no learning signal (all rewards equal), as DAPO does; 0 never does.
+        loggers: experiment trackers that get every metric ``fit`` writes, with the run's configuration:
+            objects (:class:`relight.tracking.WandbLogger`, ``MlflowLogger``, ``TensorBoardLogger``) or
+            names a plugin registered (``"wandb"``, ``"mlflow"``, ``"tensorboard"``); by default
+            those ``RELIGHT_LOGGERS`` names (see :mod:`relight.tracking`).
     """
 
     def __init__(
@@ -152,6 +158,7 @@ class Trainer:
         run_dir: str | Path | None = None,
         progress_every: float = 30.0,
         dynamic_sampling: int = 0,
+        loggers: Sequence[ExperimentLogger | str] | None = None,
     ) -> None:
         self.algorithm = algorithm
         self.options = TrainerOptions(
@@ -178,6 +185,7 @@ class Trainer:
             run_dir=Path(run_dir) if run_dir is not None else None,
             progress_every=progress_every,
             dynamic_sampling=dynamic_sampling,
+            loggers=tuple(loggers or ()),
         )
         self.console = console or Console()
         self.progress = RunProgress(self.console, every=progress_every)
@@ -214,8 +222,9 @@ class Trainer:
         if not train_dataset:
             raise ConfigError("train_dataset is empty; fit() needs at least one task")
         history: list[dict[str, float]] = []
-        run = RunFolder(self.options.run_dir or default_run_dir())
         options = self.options
+        trackers = LoggerSet(resolve_loggers(options.loggers))
+        run = RunFolder(options.run_dir or default_run_dir(), loggers=trackers)
         identity = RunIdentity.of(
             agent,
             algorithm,
@@ -226,9 +235,11 @@ class Trainer:
             tasks=train_dataset,
         )
         record = RunRecord.open(run.path, identity)
-        store_url = self.options.store if self.options.store is not None else run.store_url
-        checkpoints = Checkpoints(self.options.checkpoint_dir or run.checkpoints, warn=self.progress.warn)
-        self._role_check = RoleCheck(self.options.transitions.roles)
+        store_url = options.store if options.store is not None else run.store_url
+        for tracker, link in trackers.start(RunInfo(run.path.name, run.path, self._config(algorithm, store_url))):
+            self.progress.note(f"relight: {tracker} run at {link}")
+        checkpoints = Checkpoints(options.checkpoint_dir or run.checkpoints, warn=self.progress.warn)
+        self._role_check = RoleCheck(options.transitions.roles)
         self.progress.note(f"relight: run folder {run.path}  (store {_named(store_url)})")
         resume: Resume | None = None
         if record.resumed:
@@ -242,16 +253,8 @@ class Trainer:
                 self._dashboard(loop.store, upstreams, dashboard),
             ):
                 resources = await self._publish(loop, algorithm)
-                if val_dataset and self.options.val_every is not None and resume is None:
-                    history.append(await self._validate(loop, val_dataset, resources, step=0))
-                    run.record("val", history[-1])
-                elif val_dataset and resume is not None and self._validation_missing(resume.step, history):
-                    validation = await self._validate(loop, val_dataset, resources, resume.step)
-                    run.record("val", validation)  # the killed run died before its scheduled validation
-                    if history and history[-1].get("step") == resume.step:
-                        history[-1] |= validation
-                    else:
-                        history.append(validation)
+                if val_dataset:
+                    await self._first_validation(loop, run, val_dataset, resources, resume, history)
                 training: TrainingLoop | None = None
 
                 saved = [algorithm.policy_version]
@@ -310,12 +313,54 @@ class Trainer:
         self.progress.note(f"relight: resuming the run in {run.path} from {where}, policy version {version}")
         return Resume(step, point.loop if point is not None else {}), history
 
+    async def _first_validation(
+        self,
+        loop: _Loop,
+        run: RunFolder,
+        dataset: Sequence[JsonValue],
+        resources: Resources,
+        resume: Resume | None,
+        history: list[dict[str, float]],
+    ) -> None:
+        """Validation before training, or on resuming the one the killed run died before."""
+        if resume is None:
+            if self.options.val_every is not None:
+                history.append(await self._validate(loop, dataset, resources, step=0))
+                run.record("val", history[-1])
+            return
+        if not self._validation_missing(resume.step, history):
+            return
+        validation = await self._validate(loop, dataset, resources, resume.step)
+        run.record("val", validation)
+        if history and history[-1].get("step") == resume.step:
+            history[-1] |= validation
+        else:
+            history.append(validation)
+
     def _validation_missing(self, step: int, history: Sequence[Mapping[str, float]]) -> bool:
         """Whether step ``step`` was due a validation that the restored metrics do not hold."""
         every = self.options.val_every
         if every is None or (step and step % every):
             return False
         return not any(row.get("step") == step and "val_reward_mean" in row for row in history)
+
+    def _config(self, algorithm: Algorithm, store_url: Store | str) -> dict[str, JsonValue]:
+        """The run's settings as experiment trackers show them."""
+        return {
+            "algorithm": type(algorithm).__name__,
+            "model": str(algorithm.model),
+            "store": _without_password(_named(store_url)),
+            "batch_size": self.options.batch_size,
+            "n_samples": self.options.n_samples,
+            "epochs": self.options.epochs,
+            "val_every": self.options.val_every,
+            "max_staleness": self.options.max_staleness,
+            "concurrency": self.options.concurrency,
+            "n_runners": self.options.n_runners,
+            "max_attempts": self.options.max_attempts,
+            "dynamic_sampling": self.options.dynamic_sampling,
+            "roles": str(self.options.transitions.roles) if self.options.transitions.roles is not None else None,
+        }
 
     def _training(self, loop: _Loop, algorithm: Algorithm, hooks: LoopHooks, run_id: str) -> TrainingLoop:
         """The synchronous loop, or the asynchronous one when ``max_staleness`` is set."""
@@ -619,6 +664,14 @@ async def _as_finished(loop: _Loop, rollouts: Sequence[Rollout]) -> AsyncGenerat
                 yield rollout
         if loop.supervisor is not None:
             loop.supervisor.check()
+
+
+def _without_password(url: str) -> str:
+    """A store URL fit to send to a third-party tracker: ``postgresql://user:***@host/db``."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)))
 
 
 def _named(store: Store | str) -> str:

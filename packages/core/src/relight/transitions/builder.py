@@ -211,9 +211,15 @@ class TransitionBuilder:
         attributes = item.span.attributes
         prompt_ids, response_ids = attributes.get(semconv.PROMPT_TOKEN_IDS), attributes.get(semconv.RESPONSE_TOKEN_IDS)
         if not (isinstance(prompt_ids, list) and prompt_ids and isinstance(response_ids, list)):
-            detail = "the upstream returned no token ids and the gateway had no retokenizer"
+            detail = (
+                "an imported trace holds text, not token ids: retokenize it (relight export --tokenizer MODEL)"
+                if semconv.IMPORT_MISSING in attributes
+                else "the upstream returned no token ids and the gateway had no retokenizer"
+            )
             return CallVerdict(item.span, step, item.role, reward, None, Reason.NO_TOKEN_IDS, detail)
         notes = [Note.RETOKENIZED] if attributes.get(semconv.RETOKENIZED) is True else []
+        if attributes.get(semconv.RETOKENIZED_EXACT) is False:
+            notes.append(Note.INEXACT)
         finish = attributes.get(semconv.GEN_AI_RESPONSE_FINISH_REASONS)
         if isinstance(finish, list) and "length" in finish:
             notes.append(Note.TRUNCATED)
@@ -260,10 +266,15 @@ def role_matches(roles: RoleFilter, role: str | None) -> bool:
 
 
 def _metadata(attributes: dict[str, JsonValue]) -> dict[str, JsonValue]:
-    """The call's response id and, for a call an update landed in, which version sampled which tokens."""
+    """The call's response id; for a call an update landed in, which version sampled which tokens; for a
+    retokenized trace, whether its tokens reproduce the traced text."""
     metadata: dict[str, JsonValue] = {"response_id": attributes.get(semconv.GEN_AI_RESPONSE_ID)}
     if semconv.POLICY_VERSION_SEGMENTS in attributes:
         metadata["policy_version_segments"] = attributes[semconv.POLICY_VERSION_SEGMENTS]
+    if semconv.RETOKENIZED_EXACT in attributes:
+        metadata["retokenized_exact"] = attributes[semconv.RETOKENIZED_EXACT]
+    if semconv.RETOKENIZED_MISMATCH in attributes:
+        metadata["retokenized_mismatch"] = attributes[semconv.RETOKENIZED_MISMATCH]
     return metadata
 
 

@@ -56,6 +56,8 @@ class Note(StrEnum):
 
     RETOKENIZED = "retokenized"
     """The upstream gave no token ids; the gateway tokenized the text, which may differ from what was sampled."""
+    INEXACT = "inexact retokenization"
+    """A retokenized call from an imported trace whose tokens do not reproduce the traced text exactly."""
     TRUNCATED = "truncated"
     """The response stopped at its token limit (finish reason ``length``), so it may be cut mid-answer."""
 

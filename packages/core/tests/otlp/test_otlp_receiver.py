@@ -1,0 +1,285 @@
+"""The OTLP/HTTP receiver refuses bad bodies whole, with the status the specification names, and groups
+the spans it takes into rollouts. Bodies are built with OTLP's own protobuf types."""
+
+import asyncio
+import gzip
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+pytest.importorskip("opentelemetry.proto.collector.trace.v1.trace_service_pb2")
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+
+from relight import open_store
+from relight._internal.server import AsgiServer
+from relight.otlp import ImportOptions, create_otlp_app
+from relight.records import RolloutRequest, RolloutStatus, SpanKind
+from relight.stores.memory import InMemoryStore
+
+TRACE = "5b8efff798038103d269b633813fc60c"
+LLM_ATTRIBUTES = {
+    "gen_ai.operation.name": "chat",
+    "gen_ai.request.model": "gpt-4o",
+    "gen_ai.input.messages": json.dumps([{"role": "user", "parts": [{"type": "text", "content": "Hi"}]}]),
+    "gen_ai.output.messages": json.dumps(
+        [{"role": "assistant", "parts": [{"type": "text", "content": "Hello"}], "finish_reason": "stop"}]
+    ),
+}
+
+
+def _span(request: ExportTraceServiceRequest, span_id: str, *, trace: str = TRACE, **attributes: str | float) -> None:
+    if not request.resource_spans:
+        request.resource_spans.add().scope_spans.add()
+    span = request.resource_spans[0].scope_spans[0].spans.add()
+    span.trace_id, span.span_id, span.name = bytes.fromhex(trace), bytes.fromhex(span_id), "span"
+    span.start_time_unix_nano, span.end_time_unix_nano = 1_000, 2_000
+    for key, value in attributes.items():
+        any_value = AnyValue(double_value=value) if isinstance(value, float) else AnyValue(string_value=value)
+        span.attributes.append(KeyValue(key=key, value=any_value))
+
+
+@pytest.fixture
+def served() -> Iterator[tuple[AsgiServer, InMemoryStore]]:
+    store = InMemoryStore()
+    with AsgiServer(
+        create_otlp_app(store, ImportOptions(reward_attribute="app.reward"), max_body_bytes=4096)
+    ) as server:
+        yield server, store
+
+
+def _post(server: AsgiServer, body: bytes, content_type: str, **headers: str) -> httpx.Response:
+    return httpx.post(f"{server.url}/v1/traces", content=body, headers={"content-type": content_type, **headers})
+
+
+def _nothing_stored(server: AsgiServer, store: InMemoryStore) -> None:
+    assert server.call(store.list_rollouts()) == []
+    assert server.call(store.stats()).spans == 0
+
+
+def test_a_body_that_is_not_protobuf_is_refused_whole(served: tuple[AsgiServer, InMemoryStore]) -> None:
+    server, store = served
+    response = _post(server, b"\xff\xff\xff not protobuf", "application/x-protobuf")
+    assert response.status_code == 400
+    from google.rpc import status_pb2
+
+    status = status_pb2.Status.FromString(response.content)
+    assert status.code == 3
+    assert "not a protobuf ExportTraceServiceRequest" in status.message
+    _nothing_stored(server, store)
+
+
+def test_one_bad_span_refuses_the_whole_request_naming_it(served: tuple[AsgiServer, InMemoryStore]) -> None:
+    server, store = served
+    request = ExportTraceServiceRequest()
+    _span(request, "00f067aa0ba902b7", **LLM_ATTRIBUTES)
+    _span(request, "0000000000000000", **LLM_ATTRIBUTES)  # an all-zero span id is invalid
+    response = _post(server, request.SerializeToString(), "application/x-protobuf")
+    assert response.status_code == 400
+    from google.rpc import status_pb2
+
+    assert "resourceSpans[0].scopeSpans[0].spans[1].spanId" in status_pb2.Status.FromString(response.content).message
+    _nothing_stored(server, store)
+
+
+def test_json_bodies_name_what_is_wrong(served: tuple[AsgiServer, InMemoryStore]) -> None:
+    server, store = served
+    cases = {
+        b"{not json": "not JSON",
+        b"[1, 2]": "must be an object",
+        json.dumps(
+            {"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "zz", "spanId": "00f067aa0ba902b7"}]}]}]}
+        ).encode(): "resourceSpans[0].scopeSpans[0].spans[0].traceId must be hex",
+        json.dumps({"resourceSpans": "many"}).encode(): "not an ExportTraceServiceRequest",
+        json.dumps(
+            {
+                "resourceSpans": [
+                    {
+                        "scopeSpans": [
+                            {
+                                "spans": [
+                                    {
+                                        "traceId": TRACE,
+                                        "spanId": "00f067aa0ba902b7",
+                                        "startTimeUnixNano": "2000",
+                                        "endTimeUnixNano": "1000",
+                                    }
+                                ]
+                            }
+                        ]
+                    }
+                ]
+            }
+        ).encode(): "ends (1000) before it starts (2000)",
+    }
+    for body, reason in cases.items():
+        response = _post(server, body, "application/json")
+        assert response.status_code == 400, body
+        assert response.json()["code"] == 3
+        assert reason in response.json()["message"], response.json()
+    _nothing_stored(server, store)
+
+
+def test_bodies_over_the_limit_get_413_also_once_inflated(served: tuple[AsgiServer, InMemoryStore]) -> None:
+    server, store = served
+    request = ExportTraceServiceRequest()
+    _span(request, "00f067aa0ba902b7", **LLM_ATTRIBUTES, padding="x" * 5000)
+    body = request.SerializeToString()
+    assert len(body) > 4096
+    response = _post(server, body, "application/x-protobuf")
+    assert response.status_code == 413
+    compressed = gzip.compress(body)
+    assert len(compressed) < 4096
+    inflated = _post(server, compressed, "application/x-protobuf", **{"content-encoding": "gzip"})
+    assert inflated.status_code == 413
+    _nothing_stored(server, store)
+
+
+def test_a_truncated_gzip_body_is_400(served: tuple[AsgiServer, InMemoryStore]) -> None:
+    server, store = served
+    request = ExportTraceServiceRequest()
+    _span(request, "00f067aa0ba902b7", **LLM_ATTRIBUTES)
+    cut = gzip.compress(request.SerializeToString())[:-12]
+    response = _post(server, cut, "application/x-protobuf", **{"content-encoding": "gzip"})
+    assert response.status_code == 400
+    _nothing_stored(server, store)
+
+
+def test_an_unknown_content_type_is_415(served: tuple[AsgiServer, InMemoryStore]) -> None:
+    server, store = served
+    response = _post(server, b"{}", "text/plain")
+    assert response.status_code == 415
+    assert "application/x-protobuf" in response.json()["message"]
+    _nothing_stored(server, store)
+
+
+def test_a_trace_becomes_a_rollout_and_later_spans_join_it(served: tuple[AsgiServer, InMemoryStore]) -> None:
+    server, store = served
+    first = ExportTraceServiceRequest()
+    _span(first, "00f067aa0ba902b7", **LLM_ATTRIBUTES, **{"app.custom": "kept"})
+    response = _post(
+        server, gzip.compress(first.SerializeToString()), "application/x-protobuf", **{"content-encoding": "gzip"}
+    )
+    assert response.status_code == 200
+    assert not ExportTraceServiceResponse.FromString(response.content).HasField("partial_success")
+    later = ExportTraceServiceRequest()
+    _span(later, "1111111111111111", **{"app.reward": 1.0})  # the root, exported after its children
+    _span(later, "2222222222222222", trace="6" * 32)  # a trace with no LLM call: not stored
+    answer = ExportTraceServiceResponse.FromString(
+        _post(server, later.SerializeToString(), "application/x-protobuf").content
+    )
+    assert answer.partial_success.rejected_spans == 1
+    (rollout,) = server.call(store.list_rollouts())
+    assert rollout.rollout_id == f"otlp-{TRACE}"
+    assert rollout.status is RolloutStatus.SUCCEEDED
+    assert rollout.metadata["source"] == "otlp"
+    spans = {span.span_id: span for span in server.call(store.query_spans(rollout.rollout_id))}
+    llm = spans["00f067aa0ba902b7"]
+    assert llm.kind is SpanKind.LLM
+    assert llm.attributes["app.custom"] == "kept"
+    assert llm.attributes["relight.original.gen_ai.input.messages"] == LLM_ATTRIBUTES["gen_ai.input.messages"]
+    assert json.loads(str(llm.attributes["gen_ai.input.messages"])) == [{"role": "user", "content": "Hi"}]
+    assert json.loads(str(llm.attributes["gen_ai.output.messages"])) == [{"role": "assistant", "content": "Hello"}]
+    assert llm.attributes["relight.import.missing"] == ["token_ids", "logprobs", "policy_version", "response_id"]
+    assert spans["1111111111111111-reward-0"].attributes["relight.reward"] == 1.0
+
+
+def test_it_will_not_take_a_runners_queued_work(served: tuple[AsgiServer, InMemoryStore]) -> None:
+    server, store = served
+    server.call(store.enqueue([RolloutRequest(input="a task for a runner")]))
+    request = ExportTraceServiceRequest()
+    _span(request, "00f067aa0ba902b7", **LLM_ATTRIBUTES)
+    response = _post(server, request.SerializeToString(), "application/x-protobuf")
+    assert response.status_code == 409
+    assert server.call(store.list_rollouts(status=RolloutStatus.QUEUED))[0].input == "a task for a runner"
+    assert server.call(store.stats()).spans == 0
+
+
+def test_without_opentelemetry_proto_it_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "opentelemetry.proto.collector.trace.v1", None)
+    with pytest.raises(ImportError, match=r"pip install 'relight\[otlp\]'"):
+        create_otlp_app(InMemoryStore())
+
+
+def test_a_session_attribute_groups_traces_into_one_rollout() -> None:
+    store = InMemoryStore()
+    with AsgiServer(create_otlp_app(store, ImportOptions(session_attribute="session.id"))) as server:
+        for trace, span_id in (("1" * 32, "00f067aa0ba902b7"), ("2" * 32, "1111111111111111")):
+            request = ExportTraceServiceRequest()
+            _span(request, span_id, trace=trace, **LLM_ATTRIBUTES, **{"session.id": "conversation-7"})
+            assert _post(server, request.SerializeToString(), "application/x-protobuf").status_code == 200
+        later = ExportTraceServiceRequest()
+        _span(later, "2222222222222222", trace="2" * 32)  # the second trace's root, without the attribute
+        assert _post(server, later.SerializeToString(), "application/x-protobuf").status_code == 200
+        (rollout,) = server.call(store.list_rollouts())
+        assert rollout.rollout_id == "otlp-session-conversation-7"
+        assert rollout.metadata["trace_ids"] == ["1" * 32]
+        spans = server.call(store.query_spans(rollout.rollout_id))
+        assert {span.span_id for span in spans} == {"00f067aa0ba902b7", "1111111111111111", "2222222222222222"}
+        assert {span.trace_id for span in spans} == {"1" * 32, "2" * 32}
+
+
+def test_relight_otlp_serve_receives_until_terminated(tmp_path: Path) -> None:
+    store_url = f"sqlite:///{tmp_path / 'traces.db'}"
+    command = [sys.executable, "-m", "relight.cli", "otlp", "serve", "--store", store_url, "--port", "0"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as server:
+        assert server.stdout is not None
+        line = server.stdout.readline()
+        assert line.startswith(f"receiving OTLP traces into {store_url} at http://127.0.0.1:"), (
+            line + server.communicate()[1]
+        )
+        request = ExportTraceServiceRequest()
+        _span(request, "00f067aa0ba902b7", **LLM_ATTRIBUTES)
+        endpoint = line.split()[-1]
+        response = httpx.post(
+            endpoint, content=request.SerializeToString(), headers={"content-type": "application/x-protobuf"}
+        )
+        assert response.status_code == 200
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(60) == 0
+
+    async def stored() -> list[str]:
+        opened = open_store(store_url)
+        try:
+            return [rollout.rollout_id for rollout in await opened.list_rollouts()]
+        finally:
+            await opened.close()
+
+    assert asyncio.run(stored()) == [f"otlp-{TRACE}"]
+
+
+def test_a_token_keeps_out_exporters_without_it() -> None:
+    store = InMemoryStore()
+    with AsgiServer(create_otlp_app(store, token="s3cret")) as server:
+        request = ExportTraceServiceRequest()
+        _span(request, "00f067aa0ba902b7", **LLM_ATTRIBUTES)
+        body = request.SerializeToString()
+        assert _post(server, body, "application/x-protobuf").status_code == 401
+        assert _post(server, body, "application/x-protobuf", authorization="Bearer s3cret").status_code == 200
+
+
+def test_a_span_sent_again_is_stored_once_and_a_changed_one_is_refused(
+    served: tuple[AsgiServer, InMemoryStore],
+) -> None:
+    server, store = served
+    request = ExportTraceServiceRequest()
+    _span(request, "00f067aa0ba902b7", **LLM_ATTRIBUTES)
+    body = request.SerializeToString()
+    assert _post(server, body, "application/x-protobuf").status_code == 200
+    assert _post(server, body, "application/x-protobuf").status_code == 200  # an exporter's retry
+    changed = ExportTraceServiceRequest()
+    _span(changed, "00f067aa0ba902b7", **{**LLM_ATTRIBUTES, "gen_ai.request.model": "other"})
+    _span(changed, "1111111111111111", **{"app.reward": 1.0})
+    response = _post(server, changed.SerializeToString(), "application/x-protobuf")
+    assert response.status_code == 400
+    assert server.call(store.stats()).spans == 1
