@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from rich.table import Table
 
 from relight import semconv
-from relight.models import Rollout, RolloutStatus, SpanKind
+from relight.models import Rollout, RolloutStatus, Span, SpanKind
 from relight.store import Store
 from relight.transitions import episode_return, last_attempt_spans
 
@@ -34,6 +34,8 @@ class DevResult:
     """Calls whose token ids the gateway made from the text (the upstream gave none): trainable, without logprobs."""
     untrainable_calls: int = 0
     """Answered calls recorded without token ids: training cannot use them."""
+    last_call_error: str | None = None
+    """Why the last failed call failed (a refusal by the gateway, an upstream error), for the errors column."""
 
     @property
     def trainable_calls(self) -> int:
@@ -46,6 +48,7 @@ async def dev_result(store: Store, rollout: Rollout) -> DevResult:
     spans = await last_attempt_spans(store, rollout.rollout_id)
     calls = [span for span in spans if span.kind is SpanKind.LLM]
     answered = [span for span in calls if span.status_code != "ERROR"]
+    failed = [span for span in calls if span.status_code == "ERROR"]
     return DevResult(
         rollout=rollout,
         reward=episode_return(spans),
@@ -53,7 +56,15 @@ async def dev_result(store: Store, rollout: Rollout) -> DevResult:
         failed_calls=len(calls) - len(answered),
         retokenized_calls=sum(span.attributes.get(semconv.RETOKENIZED) is True for span in answered),
         untrainable_calls=sum(semconv.RESPONSE_TOKEN_IDS not in span.attributes for span in answered),
+        last_call_error=_call_error(failed[-1]) if failed else None,
     )
+
+
+def _call_error(span: Span) -> str:
+    status = span.attributes.get(semconv.HTTP_STATUS) or span.attributes.get(semconv.UPSTREAM_STATUS)
+    reason = (span.status_message or str(span.attributes.get(semconv.ERROR_TYPE, "error"))).strip().splitlines()[0]
+    reason = reason if len(reason) <= 120 else reason[:119] + "…"
+    return f"{status} {reason}" if status is not None else reason
 
 
 def dev_table(results: Sequence[DevResult]) -> Table:
@@ -70,6 +81,8 @@ def dev_table(results: Sequence[DevResult]) -> Table:
         rollout = result.rollout
         task = str(rollout.input)
         errors = [f"{result.failed_calls} failed call(s)"] if result.failed_calls else []
+        if result.last_call_error:
+            errors[-1] += f", the last: {result.last_call_error}"
         if rollout.error:
             errors.append(rollout.error.strip().splitlines()[-1])
         style = "green" if rollout.status is RolloutStatus.SUCCEEDED else "red"
