@@ -37,30 +37,39 @@ CliName = Literal["codex", "claude"]
 
 
 def executable(name: CliName) -> str:
-    """The CLI installed by ``make clis``, else one on ``PATH``."""
+    """The CLI installed by ``make clis``, else the one on ``PATH`` (the run says so if there is none)."""
     local = BIN / name
-    if local.exists():
-        return str(local)
-    found = shutil.which(name)
-    if found is None:
-        raise SystemExit(f"{name} is not installed: run `make clis` (npm ci in {HERE})")
-    return found
+    return str(local) if local.exists() else shutil.which(name) or name
 
 
-def cli(name: CliName) -> CliAgent:
-    return CodexCLI(executable("codex")) if name == "codex" else ClaudeCode(executable("claude"))
+def installed(name: CliName) -> bool:
+    return shutil.which(executable(name)) is not None
 
 
-def agent(name: CliName, *, timeout: float = 600.0, network: Network = "isolated") -> CliHarness:
+def cli(name: CliName, *, max_output_tokens: int | None = None) -> CliAgent:
+    if name == "codex":
+        return CodexCLI(executable("codex"))
+    return ClaudeCode(executable("claude"), max_output_tokens=max_output_tokens)
+
+
+def agent(
+    name: CliName, *, timeout: float = 600.0, network: Network = "isolated", max_output_tokens: int | None = None
+) -> CliHarness:
     """The rollout: the CLI on one task, rewarded by the task's tests."""
     return CliHarness(
-        cli(name),
+        cli(name, max_output_tokens=max_output_tokens),
         prompt=coding_tasks.prompt,
         files=lambda task: task["files"],
         reward=coding_tasks.reward,
         timeout=timeout,
         network=network,
     )
+
+
+codex = agent("codex")
+"""Codex CLI on a task (``coding_agent:codex``, as the GPU recipe names it)."""
+claude = agent("claude")
+"""Claude Code on a task."""
 
 
 # -- the scripted model for offline dev mode -------------------------------------------------------
@@ -85,7 +94,8 @@ def scripted_model(request: ScriptRequest) -> Reply | str:
         return Reply(tool_calls=[ToolCall("exec_command", {"cmd": command})])
     if "Write" in tools:
         folder = _working_folder(messages)
-        return Reply(tool_calls=[ToolCall("Write", {"file_path": f"{folder}/solution.py", "content": task["solution"]})])
+        write = {"file_path": f"{folder}/solution.py", "content": task["solution"]}
+        return Reply(tool_calls=[ToolCall("Write", write)])
     return "No tool to write files with."
 
 

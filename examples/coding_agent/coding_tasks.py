@@ -53,8 +53,8 @@ TASKS: list[dict[str, Any]] = [
             ("test_number", "assert fizzbuzz(7) == '7'"),
         ],
         "solution": (
-            "def fizzbuzz(n):\n    if n % 15 == 0:\n        return 'FizzBuzz'\n    if n % 3 == 0:\n        return 'Fizz'\n"
-            "    if n % 5 == 0:\n        return 'Buzz'\n    return str(n)\n"
+            "def fizzbuzz(n):\n    if n % 15 == 0:\n        return 'FizzBuzz'\n"
+            "    if n % 3 == 0:\n        return 'Fizz'\n    if n % 5 == 0:\n        return 'Buzz'\n    return str(n)\n"
         ),
     },
     {
@@ -69,13 +69,17 @@ TASKS: list[dict[str, Any]] = [
             ("test_empty", "assert is_palindrome('')"),
         ],
         "solution": (
-            "def is_palindrome(text):\n    kept = [c.lower() for c in text if c.isalnum()]\n    return kept == kept[::-1]\n"
+            "def is_palindrome(text):\n    kept = [c.lower() for c in text if c.isalnum()]\n"
+            "    return kept == kept[::-1]\n"
         ),
     },
     {
         "id": "fix-clamp",
         "what": "has a bug: clamp(x, low, high) returns low when x is above high",
-        "code": "def clamp(x, low, high):\n    if x < low:\n        return low\n    if x > high:\n        return low\n    return x\n",
+        "code": (
+            "def clamp(x, low, high):\n    if x < low:\n        return low\n"
+            "    if x > high:\n        return low\n    return x\n"
+        ),
         "tests": [
             ("test_inside", "assert clamp(5, 0, 10) == 5"),
             ("test_below", "assert clamp(-3, 0, 10) == 0"),
@@ -127,8 +131,9 @@ TASKS: list[dict[str, Any]] = [
             ("test_max", "assert to_roman(3999) == 'MMMCMXCIX'"),
         ],
         "solution": (
-            "def to_roman(n):\n    parts = [(1000, 'M'), (900, 'CM'), (500, 'D'), (400, 'CD'), (100, 'C'), (90, 'XC'),\n"
-            "             (50, 'L'), (40, 'XL'), (10, 'X'), (9, 'IX'), (5, 'V'), (4, 'IV'), (1, 'I')]\n"
+            "def to_roman(n):\n    parts = [(1000, 'M'), (900, 'CM'), (500, 'D'), (400, 'CD'),\n"
+            "             (100, 'C'), (90, 'XC'), (50, 'L'), (40, 'XL'), (10, 'X'),\n"
+            "             (9, 'IX'), (5, 'V'), (4, 'IV'), (1, 'I')]\n"
             "    out = ''\n    for value, numeral in parts:\n        while n >= value:\n"
             "            out += numeral\n            n -= value\n    return out\n"
         ),
@@ -160,9 +165,7 @@ def test_file(task: dict[str, Any]) -> str:
 
 def load(split: str = "all") -> list[dict[str, Any]]:
     """The tasks as relight tasks: ``{"id", "prompt", "files"}``; ``train`` and ``test`` split them 6/2."""
-    tasks = [
-        {"id": task["id"], "prompt": PROMPT.format(what=task["what"]), "files": files(task)} for task in TASKS
-    ]
+    tasks = [{"id": task["id"], "prompt": PROMPT.format(what=task["what"]), "files": files(task)} for task in TASKS]
     return {"train": tasks[:6], "test": tasks[6:], "all": tasks}[split]
 
 

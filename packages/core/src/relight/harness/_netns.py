@@ -1,6 +1,6 @@
 """Runs inside the harness's network namespace: loopback up, isolation checked, the gateway relayed, the CLI run.
 
-``python -m relight.harness._netns --port P --socket S --report R -- command…`` is started by
+``python -I …/_netns.py --port P --socket S --report R -- command…`` (standard library only) is started by
 :func:`relight.harness.run_cli` under ``unshare --net``. A fresh network namespace has one device,
 loopback, and it is down: nothing but 127.0.0.1 can be reached once it is up. The gateway is made
 reachable at ``127.0.0.1:P`` by a relay to the Unix socket ``S`` (files are shared across network

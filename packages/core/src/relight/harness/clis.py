@@ -93,11 +93,14 @@ class ClaudeCode:
         executable: the ``claude`` to run.
         permission_mode: Claude Code's ``--permission-mode``.
         max_turns: ``--max-turns``, a bound on its agent loop (None: Claude Code's own).
+        max_output_tokens: ``CLAUDE_CODE_MAX_OUTPUT_TOKENS``, its output budget per call (None: Claude
+            Code's own, 32,000, which the gateway caps at what the model's context leaves).
     """
 
     executable: str = "claude"
     permission_mode: str = "acceptEdits"
     max_turns: int | None = None
+    max_output_tokens: int | None = None
     name: str = "claude-code"
 
     def command(self, prompt: str) -> list[str]:
@@ -107,7 +110,9 @@ class ClaudeCode:
         return command
 
     def configure(self, home: Path, llm: LLM) -> dict[str, str]:
-        return {
+        budget = self.max_output_tokens
+        limit = {} if budget is None else {"CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(budget)}
+        return limit | {
             "ANTHROPIC_BASE_URL": llm.base_url.removesuffix("/").removesuffix("/v1"),
             "ANTHROPIC_API_KEY": llm.api_key,
             "ANTHROPIC_MODEL": llm.model,

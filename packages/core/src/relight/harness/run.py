@@ -80,9 +80,13 @@ async def run_cli(
     process group is killed.
 
     Raises:
-        HarnessError: isolation was asked for and cannot be had (no ``unshare``, or namespaces refused).
+        HarnessError: the CLI is not installed, or isolation was asked for and cannot be had (no
+            ``unshare``, or namespaces refused).
     """
     started = time.monotonic()
+    command = cli.command(prompt)
+    if shutil.which(command[0]) is None:
+        raise HarnessError(f"{cli.name}: {command[0]!r} is not an executable here; install the CLI (npm) first")
     prepare_folder(home)
     prepare_folder(workdir)
     with tempfile.TemporaryDirectory(prefix="rh-", dir="/tmp") as scratch:  # short: a socket path holds 108 bytes
@@ -96,7 +100,8 @@ async def run_cli(
                 lambda reader, writer: _relay(reader, writer, url.hostname or "127.0.0.1", port), socket_path
             )
             inside = LLM(f"http://127.0.0.1:{port}{url.path}", llm.api_key, llm.model)
-            prefix = [*_unshare(), sys.executable, "-m", "relight.harness._netns"]
+            # Run as a file, not `-m relight.harness._netns`: importing relight would add seconds to every rollout.
+            prefix = [*_unshare(), sys.executable, "-I", str(Path(__file__).with_name("_netns.py"))]
             prefix += ["--port", str(port), "--socket", socket_path, "--report", str(report), "--"]
         else:
             inside, prefix = llm, []
@@ -104,12 +109,12 @@ async def run_cli(
         environment |= {"HOME": str(home), "TMPDIR": scratch, "TERM": "dumb", "NO_COLOR": "1", "CI": "1"}
         environment |= cli.configure(home, inside)
         try:
-            exit_code, stdout, stderr = await _run([*prefix, *cli.command(prompt)], workdir, environment, timeout)
+            exit_code, stdout, stderr = await _run([*prefix, *command], workdir, environment, timeout)
         finally:
             if relay is not None:
                 relay.close()
         isolation = _read_report(report)
-    if network == "isolated" and isolation is None:
+    if network == "isolated" and isolation is None and exit_code is not None:
         raise HarnessError(f"the network namespace could not be made for {cli.name}: {stderr.strip()[-500:]}")
     return HarnessResult(
         exit_code=exit_code,
