@@ -7,9 +7,11 @@ through the CLI's own file tool; the reward is the fraction of the task's tests 
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import coding_agent
@@ -21,6 +23,7 @@ from relight import semconv
 from relight.harness import CliHarness, HarnessResult
 from relight.models import Span, SpanKind
 from relight.stores.memory import InMemoryStore
+from relight.stores.sqlite import SqliteStore
 from relight.testing.upstream import ScriptedUpstream
 from relight.trainer import Trainer
 
@@ -99,3 +102,44 @@ def _ints(span: Span, key: str) -> list[int]:
     value = span.attributes[key]
     assert isinstance(value, list)
     return [int(item) for item in value]  # pyright: ignore[reportArgumentType]
+
+
+@pytest.mark.slow
+def test_cpu_training_wires_codex_to_the_long_context_tiny_model(tmp_path: Path) -> None:
+    """coding_train.py, one update: Codex's real prompts (past SmolLM2's 8,192 tokens) through the gateway into GRPO."""
+    if not coding_agent.installed("codex"):
+        pytest.skip("codex is not installed: `make clis` installs it from npm (npm could not be reached?)")
+    if not _namespaces_work():
+        pytest.skip("unshare --net cannot make a network namespace on this machine")
+    import coding_train
+
+    coding_train.main(["--cli", "codex", "--out", str(tmp_path / "run"), "--tasks", "1", "--samples", "2"])
+    lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    train = next(line for line in lines if line.get("kind") == "train")
+    assert (train["rollouts"], train["rollouts_failed"]) == (2, 0)
+    assert train["transitions"] >= 2
+    store = SqliteStore(tmp_path / "run" / "store.db")
+    spans = [span for span in asyncio.run(_all_spans(store)) if span.kind is SpanKind.LLM]
+    assert spans
+    assert all(len(_ints(span, semconv.PROMPT_TOKEN_IDS)) > 8192 for span in spans)
+    assert all(
+        len(_ints(span, semconv.RESPONSE_TOKEN_IDS)) == len(span.attributes[semconv.RESPONSE_LOGPROBS])  # type: ignore[arg-type]
+        for span in spans
+    )
+    # The forced first call is a tool call the CLI ran and answered: a round trip in every rollout.
+    with_results = [
+        span
+        for span in spans
+        if any(m["role"] == "tool" for m in json.loads(str(span.attributes[semconv.GEN_AI_INPUT_MESSAGES])))
+    ]
+    assert len({span.rollout_id for span in with_results}) >= 2
+
+
+async def _all_spans(store: SqliteStore) -> list[Span]:
+    try:
+        spans: list[Span] = []
+        for rollout in await store.list_rollouts():
+            spans += await store.query_spans(rollout.rollout_id)
+        return spans
+    finally:
+        await store.close()
