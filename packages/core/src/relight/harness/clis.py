@@ -44,7 +44,8 @@ class CodexCLI:
     Settings, all documented: a ``model_providers`` entry with the attempt's base URL, the key read
     from ``RELIGHT_API_KEY`` and ``wire_api = "responses"`` (the only wire API Codex has), the model,
     update checks and analytics off. ``codex exec`` runs one task non-interactively; the sandbox mode
-    lets it write in its working folder (``workspace-write``, Codex's own sandbox).
+    lets it write in its working folder and its own ``TMPDIR`` (``workspace-write``, Codex's own
+    sandbox, with the shared ``/tmp`` left out so that concurrent rollouts never meet there).
 
     Args:
         executable: the ``codex`` to run (a path, or a name on ``PATH``).
@@ -70,6 +71,11 @@ class CodexCLI:
             f"{self.extra_config}\n"
             "[analytics]\n"
             "enabled = false\n\n"
+            # Concurrent rollouts share the machine's /tmp: with it writable, Codex's sandbox masks paths
+            # under it that another rollout's sandbox is making, and a command fails at random
+            # ("Can't mount tmpfs on /newroot/tmp/.aws"). Each rollout's own TMPDIR stays writable.
+            "[sandbox_workspace_write]\n"
+            "exclude_slash_tmp = true\n\n"
             "[model_providers.relight]\n"
             'name = "relight"\n'
             f"base_url = {_toml(llm.base_url)}\n"

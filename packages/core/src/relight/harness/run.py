@@ -91,14 +91,23 @@ async def run_cli(
     prepare_folder(workdir)
     with tempfile.TemporaryDirectory(prefix="rh-", dir="/tmp") as scratch:  # short: a socket path holds 108 bytes
         relay: asyncio.Server | None = None
+        relaying: set[asyncio.Task[Any]] = set()
         report = Path(scratch) / "isolation.json"
         if network == "isolated":
             url = urlsplit(llm.base_url)
             port = url.port or 80
             socket_path = str(Path(scratch) / "gateway.sock")
-            relay = await asyncio.start_unix_server(
-                lambda reader, writer: _relay(reader, writer, url.hostname or "127.0.0.1", port), socket_path
-            )
+
+            async def relay_one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+                task = asyncio.current_task()
+                assert task is not None
+                relaying.add(task)
+                try:
+                    await _relay(reader, writer, url.hostname or "127.0.0.1", port)
+                finally:
+                    relaying.discard(task)
+
+            relay = await asyncio.start_unix_server(relay_one, socket_path)
             inside = LLM(f"http://127.0.0.1:{port}{url.path}", llm.api_key, llm.model)
             # Run as a file, not `-m relight.harness._netns`: importing relight would add seconds to every rollout.
             prefix = [*_unshare(), sys.executable, "-I", str(Path(__file__).with_name("_netns.py"))]
@@ -113,6 +122,9 @@ async def run_cli(
         finally:
             if relay is not None:
                 relay.close()
+                for task in relaying:  # connections the CLI's processes left open (keep-alive)
+                    task.cancel()
+                await asyncio.gather(*relaying, return_exceptions=True)
         isolation = _read_report(report)
     if network == "isolated" and isolation is None and exit_code is not None:
         raise HarnessError(f"the network namespace could not be made for {cli.name}: {stderr.strip()[-500:]}")
