@@ -6,7 +6,10 @@ STAMP := $(VENV)/.relight-installed
 PACKAGES := $(sort $(wildcard packages/*))
 OUT ?= runs/demo-$(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: install test lint docs dist demo clean
+CODING := examples/coding_agent
+CLIS := $(CODING)/node_modules/.relight-installed
+
+.PHONY: install test lint docs dist demo clean clis
 
 # The package registries here drop long downloads now and then (a 55 MB wheel cut at 34 MB failed CI once):
 # let pip retry and resume a cut download instead of failing the whole install.
@@ -28,13 +31,25 @@ $(STAMP): constraints.txt requirements-dev.txt requirements-docs.txt $(wildcard 
 
 install: $(STAMP)
 
+# The coding CLIs the coding example and its tests run (Codex CLI, Claude Code), pinned by package-lock.json:
+# ~35 s and ~810 MB (their native binaries). Where npm or its registry cannot be reached, their tests skip
+# with the reason, and the next `make test` tries again.
+$(CLIS): $(CODING)/package.json $(CODING)/package-lock.json
+	if command -v npm >/dev/null 2>&1 && (cd $(CODING) && npm ci --no-audit --no-fund --loglevel=error); then \
+	    touch $@; \
+	else \
+	    echo "relight: npm could not install the coding CLIs ($(CODING)/package.json); their tests will skip"; \
+	fi
+
+clis: $(CLIS)
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pyright
 	# The files say what the software is, never how it was made (.ci/check_wording.py lists the phrases).
 	$(PY) .ci/check_wording.py
 
-test: lint docs
+test: lint docs clis
 	$(VENV)/bin/pytest
 
 # The documentation site into site/, strict: a broken link, reference or docstring fails the build; then
@@ -52,4 +67,4 @@ demo: $(STAMP)
 	$(PY) -m relight_torch.demo --out $(OUT)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache site dist
+test: lint docs clis

@@ -1,6 +1,6 @@
 """Train one of the scenario examples on GPUs with relight-verl (NOT RUN here: this repository has no GPU).
 
-    python examples/gpu_train.py sql_agent|calc_agent|rag_agent|crew [--store sqlite:///runs/x.db]
+    python examples/gpu_train.py sql_agent|calc_agent|rag_agent|crew|coding_agent [--store sqlite:///runs/x.db]
 
 The agent, its data and its role filter are the ones the CPU recipe trains; the model and verl's
 settings come from ``examples/<name>/verl.yaml`` (the paper's model sizes). Batches follow the
@@ -37,6 +37,7 @@ SCENARIOS = {
     "calc_agent": Scenario("calc_agent:solve", "calc_data", ("train", "test")),
     "rag_agent": Scenario("rag_agent:research", "rag_data", ("train", "dev")),
     "crew": Scenario("math_crew:solve", "math_crew", ("train", "test"), ["Analyst"]),
+    "coding_agent": Scenario("coding_agent:codex", "coding_tasks", ("train", "test")),
 }
 
 

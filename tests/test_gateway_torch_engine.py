@@ -65,7 +65,7 @@ async def test_engine_calls_are_recorded_with_the_sampled_token_ids(stream: bool
     assert span.attributes[semconv.UPSTREAM] == "engine"
 
 
-async def test_a_request_past_the_context_is_a_400_that_says_how_to_raise_it() -> None:
+async def test_past_the_context_a_budget_is_capped_and_a_prompt_is_context_length_exceeded() -> None:
     store = InMemoryStore()
     (rollout,) = await store.enqueue([RolloutRequest(input="t")])
     claimed = await store.claim("w")
@@ -77,13 +77,18 @@ async def test_a_request_past_the_context_is_a_400_that_says_how_to_raise_it() -
                 base_url=gateway.base_url_for(rollout.rollout_id, claimed[1].attempt_id), api_key="x", max_retries=0
             ) as client,
         ):
+            capped = await client.chat.completions.create(model="relight-tiny", messages=MESSAGES, max_tokens=100)
             with pytest.raises(openai.BadRequestError) as raised:
-                await client.chat.completions.create(model="relight-tiny", messages=MESSAGES, max_tokens=100)
-    message = raised.value.message
-    assert raised.value.status_code == 400
-    assert "max_tokens must be between 1 and" in message
-    assert "the context of 64 tokens" in message
-    assert "tiny_engine(max_positions=N)" in message
+                await client.chat.completions.create(
+                    model="relight-tiny", messages=[{"role": "user", "content": "word " * 80}], max_tokens=5
+                )
+            await gateway.flush()
+            spans = await store.query_spans(rollout.rollout_id, claimed[1].attempt_id)
+    assert capped.usage is not None
+    assert capped.usage.prompt_tokens + capped.usage.completion_tokens <= 64
+    assert spans[0].attributes[semconv.MAX_TOKENS_CAPPED] == 64 - capped.usage.prompt_tokens
+    assert raised.value.code == "context_length_exceeded"
+    assert "maximum context length is 64 tokens" in raised.value.message
 
 
 def test_the_tiny_model_holds_a_realistic_agent_prompt() -> None:

@@ -13,6 +13,7 @@ MODELS = {
     "calc_agent": "Qwen/Qwen2.5-1.5B-Instruct",
     "rag_agent": "meta-llama/Llama-3.2-3B-Instruct",
     "crew": "Qwen/Qwen2.5-1.5B-Instruct",
+    "coding_agent": "Qwen/Qwen2.5-Coder-7B-Instruct",
 }
 
 

@@ -14,7 +14,15 @@ from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import JsonValue
 
-__all__ = ["Engine", "EngineRequestError", "Generation", "GenerationRequest", "SamplingParams", "TokenLogprob"]
+__all__ = [
+    "ContextLengthError",
+    "Engine",
+    "EngineRequestError",
+    "Generation",
+    "GenerationRequest",
+    "SamplingParams",
+    "TokenLogprob",
+]
 
 
 class EngineRequestError(ValueError):
@@ -30,6 +38,20 @@ class EngineRequestError(ValueError):
         self.message = message
         self.param = param
         self.status_code = status_code
+
+
+class ContextLengthError(EngineRequestError):
+    """The prompt, or the prompt and ``max_tokens`` together, do not fit the model's context.
+
+    The numbers let the gateway answer in each API's own words (OpenAI's ``context_length_exceeded``,
+    Anthropic's "prompt is too long") and cap an output budget at what the context leaves.
+    """
+
+    def __init__(self, message: str, *, context_length: int, prompt_tokens: int, max_tokens: int | None = None) -> None:
+        super().__init__(message, param="max_tokens" if max_tokens is not None else "messages")
+        self.context_length = context_length
+        self.prompt_tokens = prompt_tokens
+        self.max_tokens = max_tokens
 
 
 @dataclass(frozen=True, slots=True)

@@ -198,7 +198,12 @@ async def test_bad_requests_get_openai_shaped_4xx_errors(setup: Setup) -> None:
     assert "not valid JSON" in errors["malformed"]["message"]
     assert all(error["type"] == "invalid_request_error" for error in errors.values())
     assert setup.upstream.requests == []
-    assert await setup.spans() == []
+    # Refusals of the running attempt are failed LLM spans (status and reason, nothing to train on);
+    # those naming no running attempt (unknown rollout or attempt, no route) are only counted.
+    spans = await setup.spans()
+    assert [span.attributes[semconv.HTTP_STATUS] for span in spans] == [400, 400, 400, 400, 400, 413]
+    assert all(span.status_code == "ERROR" and semconv.PROMPT_TOKEN_IDS not in span.attributes for span in spans)
+    assert setup.gateway.stats.refused == 8
 
 
 async def test_call_to_a_finished_attempt_is_refused(setup: Setup) -> None:

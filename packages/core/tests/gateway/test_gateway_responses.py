@@ -148,7 +148,7 @@ async def test_attempt_key_scopes_calls_on_the_plain_v1_path(setup: Setup) -> No
         ({}, "input"),
         ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, "input[0].content"),
         ({"input": [{"type": "web_search_call", "id": "ws_1"}]}, "input[0]"),
-        ({"input": "hi", "tools": [{"type": "web_search"}]}, "tools[0]"),
+        ({"input": "hi", "tools": [{"type": "local_shell"}]}, "tools[0]"),
         ({"input": "hi", "text": {"format": {"type": "xml"}}}, "text.format"),
         ({"model": "", "input": "hi"}, "model"),
     ],

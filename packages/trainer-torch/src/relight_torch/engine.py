@@ -43,7 +43,7 @@ from typing import Any, Literal
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from relight.engine import EngineRequestError, Generation, GenerationRequest, SamplingParams
+from relight.engine import ContextLengthError, EngineRequestError, Generation, GenerationRequest, SamplingParams
 from relight_torch.chat import render
 from relight_torch.constrain import Decoding, first_call_forced, parses_tool_calls
 from relight_torch.models import model_name
@@ -261,14 +261,21 @@ class TorchEngine:
         """
         room = self.context_length - len(prompt_ids)
         if room < 1:
-            raise ValueError(
-                f"the prompt has {len(prompt_ids)} tokens; the model's context is {self.context_length}. {_LONGER}"
+            raise ContextLengthError(
+                f"the prompt has {len(prompt_ids)} tokens; the model's context is {self.context_length}. {_LONGER}",
+                context_length=self.context_length,
+                prompt_tokens=len(prompt_ids),
             )
-        if sampling.max_tokens is not None and not 1 <= sampling.max_tokens <= room:
-            raise ValueError(
+        if sampling.max_tokens is not None and sampling.max_tokens < 1:
+            raise ValueError(f"max_tokens must be at least 1, got {sampling.max_tokens}")
+        if sampling.max_tokens is not None and sampling.max_tokens > room:
+            raise ContextLengthError(
                 f"max_tokens must be between 1 and {room} (the context of {self.context_length} tokens less the "
                 f"prompt's {len(prompt_ids)}), got {sampling.max_tokens}. Ask for fewer, or {_LONGER[0].lower()}"
-                f"{_LONGER[1:]}"
+                f"{_LONGER[1:]}",
+                context_length=self.context_length,
+                prompt_tokens=len(prompt_ids),
+                max_tokens=sampling.max_tokens,
             )
         if sampling.temperature < 0 or not 0 < sampling.top_p <= 1:
             raise ValueError(

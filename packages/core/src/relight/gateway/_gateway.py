@@ -15,12 +15,15 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import JsonValue
 from starlette.requests import Request
 
+from relight import semconv
 from relight._internal.server import AsgiServer
 from relight.algorithm import UpstreamTarget
 from relight.gateway.app import create_app
 from relight.gateway.errors import GatewayError, UpstreamError
+from relight.gateway.overflow import ContextOverflow, openai_message, overflow_of
 from relight.gateway.record import Exchange, TraceParent, random_hex
 from relight.gateway.retokenize import HuggingFaceRetokenizer, Retokenizer
 from relight.gateway.sessions import SessionChecker, api_key_for, attempt_of_request
@@ -52,6 +55,11 @@ class GatewayStats:
     """Calls recorded without token ids: no upstream ids and no retokenizer."""
     late: int = 0
     """Calls that ended after their attempt had ended; not recorded (the attempt's record is closed)."""
+    refused: int = 0
+    """Requests the gateway refused itself (bad input, no attempt key, an attempt not running, a prompt past
+    the context); those of a running attempt are recorded as failed LLM spans, and counted in ``failed`` too."""
+    capped: int = 0
+    """Calls whose output budget was capped at what the context left (``relight.max_tokens_capped``)."""
 
 
 class Gateway(AsgiServer):
@@ -216,6 +224,7 @@ class Gateway(AsgiServer):
         """The attempt an HTTP request belongs to (by its path, else its API key), checked against the store."""
         session = attempt_of_request(request)
         await self._sessions.check(session)
+        request.state.relight_session = session  # a refusal from here on is recorded on this attempt
         return session
 
     async def complete(
@@ -226,24 +235,35 @@ class Gateway(AsgiServer):
         *,
         response_id: str | None = None,
         trace_parent: TraceParent | None = None,
+        attributes: dict[str, JsonValue] | None = None,
     ) -> Json:
         """Run a non-streaming request on the session's replica, record its span, and return the answer.
 
         The answer has the minted ``response_id`` (``chatcmpl-…`` by default) and only the fields the
-        client asked for. Raises GatewayError: 4xx for a bad request, 502 when the upstream failed.
+        client asked for; ``attributes`` go on the span. Raises GatewayError: 4xx for a bad request
+        (``context_length_exceeded`` for a prompt past the context), 502 when the upstream failed.
+        An output budget past what the context leaves is capped and the call sent again
+        (:mod:`relight.gateway.overflow`).
         """
         validate_request(endpoint, body)
         body = self._capped(body)
-        exchange = self._exchange(session, endpoint, body, response_id, trace_parent)
+        exchange = self._exchange(session, endpoint, body, response_id, trace_parent, attributes)
         await self._enter()
         try:
             with self.pool.use(session.rollout_id) as upstream:
                 exchange.upstream = upstream.name
-                try:
-                    answer = await upstream.complete(endpoint, body)
-                    exchange.add(answer)
-                except (UpstreamError, LookupError, TypeError, ValueError) as error:
-                    raise self._failed(exchange, error) from error
+                sent = body
+                while True:
+                    try:
+                        answer = await upstream.complete(endpoint, sent)
+                        exchange.add(answer)
+                        break
+                    except UpstreamError as error:
+                        if (capped := self._capped(exchange, sent, error)) is None:
+                            raise self._failed(exchange, error) from error
+                        sent = capped
+                    except (LookupError, TypeError, ValueError) as error:
+                        raise self._failed(exchange, error) from error
         finally:
             self._leave()
         self._record(exchange)
@@ -259,6 +279,8 @@ class Gateway(AsgiServer):
         *,
         response_id: str | None = None,
         trace_parent: TraceParent | None = None,
+        attributes: dict[str, JsonValue] | None = None,
+        keep_prompt_ids: bool = False,
     ) -> AsyncIterator[Iterator[Json]]:
         """Like :meth:`complete` for ``stream: true``: yields the chunks the client should get, those
         that arrived together as one iterator (:func:`~relight.gateway.upstreams.bursts_of`), which
@@ -266,22 +288,32 @@ class Gateway(AsgiServer):
 
         The span, holding the whole response, is recorded before the iterator ends, also when the
         upstream fails midway (then GatewayError is raised, after the chunks before the failure)
-        or the client goes away.
+        or the client goes away. ``keep_prompt_ids`` leaves the upstream's ``prompt_token_ids`` in the
+        chunks (a route that reports the prompt's length up front, as Anthropic's ``message_start`` does).
         """
         validate_request(endpoint, body)
         body = self._capped(body)
-        exchange = self._exchange(session, endpoint, body, response_id, trace_parent)
+        exchange = self._exchange(session, endpoint, body, response_id, trace_parent, attributes)
         await self._enter()
         try:
             with self.pool.use(session.rollout_id) as upstream:
                 exchange.upstream = upstream.name
-                for_client = ForClient(body, exchange.response_id)
+                for_client = ForClient(body, exchange.response_id, keep_prompt_ids=keep_prompt_ids)
                 broken: list[Exception] = []  # what ended a burst early: raised once its chunks are out
+                sent, started = body, False
                 try:
-                    async for burst in bursts_of(upstream, endpoint, body):
-                        yield _taken(exchange, for_client, burst, broken)
-                        if broken:
-                            raise broken[0]
+                    while True:
+                        try:
+                            async for burst in bursts_of(upstream, endpoint, sent):
+                                started = True
+                                yield _taken(exchange, for_client, burst, broken)
+                                if broken:
+                                    raise broken[0]
+                            break
+                        except UpstreamError as error:
+                            if started or (capped := self._capped(exchange, sent, error)) is None:
+                                raise
+                            sent = capped
                 except (UpstreamError, LookupError, TypeError, ValueError) as error:
                     raise self._failed(exchange, error, record=False) from error
                 except (asyncio.CancelledError, GeneratorExit):
@@ -304,6 +336,7 @@ class Gateway(AsgiServer):
         body: Json,
         response_id: str | None,
         trace_parent: TraceParent | None,
+        attributes: dict[str, JsonValue] | None = None,
     ) -> Exchange:
         self.stats.calls += 1
         prefix = "chatcmpl" if endpoint == "chat" else "cmpl"
@@ -314,7 +347,53 @@ class Gateway(AsgiServer):
             response_id=response_id or f"{prefix}-{random_hex(24)}",
             policy_version=self.policy_version,
             trace_parent=trace_parent,
+            attributes=dict(attributes or {}),
         )
+
+    def _capped(self, exchange: Exchange, sent: Json, error: UpstreamError) -> Json | None:
+        """``sent`` with its output budget capped at what the context leaves, when that is all that did not
+        fit (and it was not capped already); else None. The span marks the cap."""
+        overflow = _overflow(error)
+        budget_key = "max_completion_tokens" if sent.get("max_completion_tokens") is not None else "max_tokens"
+        budget = sent.get(budget_key)
+        if overflow is None or not overflow.prompt_fits or semconv.MAX_TOKENS_CAPPED in exchange.attributes:
+            return None
+        room = overflow.room
+        assert room is not None
+        if not isinstance(budget, int) or budget <= room:
+            return None
+        self.stats.capped += 1
+        exchange.attributes[semconv.MAX_TOKENS_CAPPED] = room
+        return {**sent, budget_key: room}
+
+    def refused(self, session: AttemptRef | None, request: Json | None, error: GatewayError) -> None:
+        """Count a request the gateway refused, and record it as a failed LLM span of ``session`` (the
+        attempt it was admitted for; None when it names no running attempt, which is only counted).
+
+        The span holds the status, the reason and what was asked (model, messages or input), never token
+        ids: nothing reached the model. The 1st, 10th, 100th… refusal is logged, so a misconfigured agent
+        is seen without flooding the log.
+        """
+        if error.recorded:
+            return
+        error.recorded = True
+        self.stats.refused += 1
+        if _is_power_of_ten(self.stats.refused):
+            logger.warning(
+                "relight: %d request(s) refused by the gateway so far (gateway.stats.refused); the latest: %d %s",
+                self.stats.refused,
+                error.status_code,
+                error.message,
+            )
+        if session is None or self._batcher is None:
+            return
+        body = request or {}
+        asked: Json = {"model": body.get("model", ""), "messages": body.get("messages", body.get("input"))}
+        exchange = self._exchange(session, "chat", asked, None, None)
+        exchange.attributes[semconv.REFUSED] = True
+        exchange.attributes[semconv.HTTP_STATUS] = error.status_code
+        exchange.fail(error.message, error_type=error.code or str(error.status_code))
+        self._record(exchange)
 
     def _failed(self, exchange: Exchange, error: Exception, *, record: bool = True) -> GatewayError:
         """Note the failure on the exchange (recording it unless told not to) and say what the client gets."""
@@ -323,13 +402,21 @@ class Gateway(AsgiServer):
             status, reason, param = error.status_code, error.message, error.param
         else:
             status, reason = None, f"the upstream's answer was malformed: {error!r}"
-        exchange.fail(reason, error_type="upstream_error" if status is None else str(status), upstream_status=status)
+        overflow = _overflow(error) if isinstance(error, UpstreamError) else None
+        error_type = "context_length_exceeded" if overflow else "upstream_error" if status is None else str(status)
+        exchange.fail(reason, error_type=error_type, upstream_status=status)
         if record:
             self._record(exchange)
-        if status is not None and 400 <= status < 500:
-            return GatewayError(status, reason, param=param)
-        where = f"{exchange.upstream} answered {status}" if status is not None else exchange.upstream
-        return GatewayError(502, f"upstream failure ({where}): {reason}", code="upstream_error")
+        if overflow is not None:
+            refusal = GatewayError(400, openai_message(overflow), param="messages", code="context_length_exceeded")
+            refusal.overflow = overflow
+        elif status is not None and 400 <= status < 500:
+            refusal = GatewayError(status, reason, param=param)
+        else:
+            where = f"{exchange.upstream} answered {status}" if status is not None else exchange.upstream
+            refusal = GatewayError(502, f"upstream failure ({where}): {reason}", code="upstream_error")
+        refusal.recorded = True
+        return refusal
 
     def _record(self, exchange: Exchange) -> None:
         """Queue the exchange's span; it is built and submitted just after the answer has gone out.
@@ -393,6 +480,14 @@ class Gateway(AsgiServer):
         return self._local_tokenizers[model], self._no_tokenizer.get(model, "")
 
 
+def _overflow(error: UpstreamError) -> ContextOverflow | None:
+    """What did not fit the context, if that is why the upstream refused: from an engine's error, or
+    from an HTTP server's message (vLLM's and relight_torch's wordings)."""
+    if error.overflow is not None:
+        return error.overflow
+    return overflow_of(error.message) if error.status_code == 400 else None
+
+
 def _is_power_of_ten(count: int) -> bool:
     while count % 10 == 0:
         count //= 10
@@ -437,9 +532,10 @@ class ForClient:
     What to keep is decided once per call from its request, not again for each of a stream's chunks.
     """
 
-    def __init__(self, request: Json, response_id: str) -> None:
+    def __init__(self, request: Json, response_id: str, *, keep_prompt_ids: bool = False) -> None:
         stream_options: Json = request.get("stream_options") or {}
         self.response_id = response_id
+        self.keep_prompt_ids = keep_prompt_ids
         self.wants_usage = not request.get("stream") or bool(stream_options.get("include_usage"))
         self.hidden = ("policy_version", "policy_version_segments", *(() if self.wants_usage else ("usage",)))
         self.keep_ids = bool(request.get("return_token_ids"))
@@ -454,7 +550,7 @@ class ForClient:
         for key in self.hidden:
             shaped.pop(key, None)
         shaped["id"] = self.response_id
-        if not self.keep_ids:
+        if not (self.keep_ids or self.keep_prompt_ids):
             shaped.pop("prompt_token_ids", None)
         if not (self.keep_ids and self.keep_logprobs):
             shaped["choices"] = [self._strip(choice) for choice in choices]

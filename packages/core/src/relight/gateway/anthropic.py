@@ -11,7 +11,17 @@ Anthropic's stream events. Errors come back in Anthropic's shape
 
 Text, ``tool_use`` and ``tool_result`` blocks are served; thinking blocks in the history are
 dropped (a chat request has no place for them); images, documents, server tools and ``top_k``
-are refused with a 400 naming the field.
+are refused with a 400 naming the field. A ``tool_result`` with ``is_error`` keeps it on its chat
+tool message (``"is_error": true``), so the span holds it and a chat template that knows it can show it.
+
+A ``system`` turn inside ``messages`` (Claude Code sends one mid-conversation for a model it does
+not know) stays where it was sent, as a chat system message: the span records the conversation as
+sent, and the model's chat template renders it in place (ChatML, Llama 3 and the relight models'
+templates take system turns anywhere; a template that does not makes the upstream's 400, recorded).
+
+A prompt past the model's context is answered as Anthropic answers it (400 ``invalid_request_error``,
+"prompt is too long: N tokens > M maximum"), and a ``max_tokens`` past what the context leaves is
+capped (:mod:`relight.gateway.overflow`).
 """
 
 from __future__ import annotations
@@ -21,8 +31,9 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 from relight.gateway.errors import GatewayError
+from relight.gateway.overflow import anthropic_message
 
-__all__ = ["MessageStream", "chat_request", "error_body", "message_from_chat", "sse"]
+__all__ = ["MessageStream", "chat_request", "error_body", "error_body_of", "message_from_chat", "sse"]
 
 Json = dict[str, Any]
 
@@ -42,6 +53,13 @@ def error_body(status_code: int, message: str) -> Json:
     """An error in Anthropic's shape."""
     kind = _ERROR_TYPES.get(status_code, "invalid_request_error" if status_code < 500 else "api_error")
     return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+def error_body_of(error: GatewayError) -> Json:
+    """A gateway error in Anthropic's shape and words (a context overflow as "prompt is too long")."""
+    if error.overflow is not None:
+        return error_body(400, anthropic_message(error.overflow))
+    return error_body(error.status_code, error.message)
 
 
 def sse(event: Json) -> bytes:
@@ -90,8 +108,10 @@ def chat_request(body: Json) -> Json:
 
 def _chat_messages(message: Mapping[str, Any], param: str) -> list[Json]:
     role = message.get("role")
+    if role == "system":
+        return [{"role": "system", "content": _text(message.get("content") or "", f"{param}.content")}]
     if role not in ("user", "assistant"):
-        raise GatewayError(400, f"{param}.role must be user or assistant", param=f"{param}.role")
+        raise GatewayError(400, f"{param}.role must be user, assistant or system", param=f"{param}.role")
     content = message.get("content")
     if isinstance(content, str):
         return [{"role": role, "content": content}]
@@ -116,7 +136,10 @@ def _chat_messages(message: Mapping[str, Any], param: str) -> list[Json]:
         elif kind == "tool_result" and role == "user":
             output = block.get("content")
             text = output if isinstance(output, str) else _text(output or [], f"{where}.content")
-            results.append({"role": "tool", "tool_call_id": block.get("tool_use_id"), "content": text})
+            result: Json = {"role": "tool", "tool_call_id": block.get("tool_use_id"), "content": text}
+            if block.get("is_error"):
+                result["is_error"] = True
+            results.append(result)
         elif kind not in ("thinking", "redacted_thinking"):
             raise GatewayError(400, f"{where} is a {kind!r} block; the gateway serves text and tools only", param=where)
     if role == "assistant":
@@ -219,10 +242,15 @@ class MessageStream:
         self._usage: Json = {}
 
     def feed(self, chunk: Json) -> list[Json]:
+        """The events for one chunk. The first chunk starts the message; where it carries the prompt's
+        token ids (the gateway leaves them in for this route), ``message_start`` reports its length."""
         events: list[Json] = []
         if not self.started:
             self.started = True
-            events.append(self._start())
+            prompt_ids: object = chunk.get("prompt_token_ids")
+            if prompt_ids is None:
+                prompt_ids = next((c.get("prompt_token_ids") for c in chunk.get("choices") or ()), None)
+            events.append(self._start(len(cast(list[int], prompt_ids)) if isinstance(prompt_ids, list) else 0))
         if chunk.get("usage"):
             self._usage = chunk["usage"]
         for choice in chunk.get("choices") or ():
@@ -256,7 +284,7 @@ class MessageStream:
         events.append({"type": "message_stop"})
         return events
 
-    def _start(self) -> Json:
+    def _start(self, input_tokens: int = 0) -> Json:
         message: Json = {
             "id": self.message_id,
             "type": "message",
@@ -265,7 +293,7 @@ class MessageStream:
             "content": [],
             "stop_reason": None,
             "stop_sequence": None,
-            "usage": {"input_tokens": 0, "output_tokens": 0},
+            "usage": {"input_tokens": input_tokens, "output_tokens": 0},
         }
         return {"type": "message_start", "message": message}
 

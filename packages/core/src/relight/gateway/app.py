@@ -1,7 +1,9 @@
 """The gateway's HTTP face: OpenAI's endpoints, scoped to a rollout attempt by path or by API key.
 
 Every route is served twice: under ``/rollouts/{rollout_id}/attempts/{attempt_id}`` and at the
-root, where the ``Authorization: Bearer rlk-…`` key names the attempt. Errors come back in
+root, where the ``rlk-…`` key (``Authorization: Bearer``, or ``x-api-key`` as Anthropic's clients send it)
+names the attempt. Every request the gateway refuses is counted, and one of an admitted attempt is
+recorded as a failed LLM span (:meth:`Gateway.refused`). Errors come back in
 OpenAI's shape (``{"error": {"message", "type", "param", "code"}}``) so client libraries raise
 their usual exceptions with our reason in them.
 
@@ -14,9 +16,10 @@ Each handler is the same few steps, which a new endpoint reuses: :func:`gateway_
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, Protocol, cast
 
+from pydantic import JsonValue
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
@@ -33,7 +36,7 @@ from relight.gateway.upstreams import Endpoint, UpstreamPool
 from relight.gateway.urls import ATTEMPT_SCOPE, END_ATTEMPT
 from relight.tracing.context import AttemptRef
 
-__all__ = ["SCOPES", "create_app", "gateway_of", "json_response", "read_json", "sse_response"]
+__all__ = ["SCOPES", "create_app", "gateway_of", "json_response", "note_refusal", "read_json", "sse_response"]
 
 Json = dict[str, Any]
 
@@ -57,6 +60,7 @@ class GatewayService(Protocol):
         *,
         response_id: str | None = None,
         trace_parent: TraceParent | None = None,
+        attributes: dict[str, JsonValue] | None = None,
     ) -> Json: ...
 
     def stream(
@@ -67,9 +71,13 @@ class GatewayService(Protocol):
         *,
         response_id: str | None = None,
         trace_parent: TraceParent | None = None,
+        attributes: dict[str, JsonValue] | None = None,
+        keep_prompt_ids: bool = False,
     ) -> AsyncIterator[Iterator[Json]]: ...
 
     async def end_attempt(self, session: AttemptRef) -> None: ...
+
+    def refused(self, session: AttemptRef | None, request: Json | None, error: GatewayError) -> None: ...
 
 
 def create_app(gateway: GatewayService) -> HotRoutes:
@@ -84,12 +92,39 @@ def create_app(gateway: GatewayService) -> HotRoutes:
     # Plain Starlette, not FastAPI: the handlers read the request themselves, and FastAPI's middleware
     # and dependency solving would only add latency to every LLM call.
     routes = [
-        Route(prefix + path, handler, methods=[method]) for prefix in SCOPES for path, handler, method in endpoints
+        Route(prefix + path, _recording_refusals(handler), methods=[method])
+        for prefix in SCOPES
+        for path, handler, method in endpoints
     ]
     handlers: dict[type[Exception], ErrorHandler] = {GatewayError: _gateway_error, HTTPException: _http_error}
     app = Starlette(routes=routes, exception_handlers={**handlers, Exception: _internal_error})
     app.state.gateway = gateway
-    return HotRoutes(app, {"/v1/chat/completions": _chat, "/v1/completions": _completions}, handlers, _internal_error)
+    hot = {"/v1/chat/completions": _recording_refusals(_chat), "/v1/completions": _recording_refusals(_completions)}
+    return HotRoutes(app, hot, handlers, _internal_error)
+
+
+def _recording_refusals(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+    """``handler``, with every GatewayError it raises counted and, for an admitted attempt, recorded as a
+    failed LLM span (:meth:`Gateway.refused`): what the gateway refuses must show where calls show."""
+
+    async def handle(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except GatewayError as error:
+            note_refusal(request, error)
+            raise
+
+    return handle
+
+
+def note_refusal(request: Request, error: GatewayError) -> None:
+    """Hand a refusal to :meth:`Gateway.refused` with what is known of the request (its attempt, its body)."""
+    state = request.state
+    # A 409's attempt has ended (its record is closed) and spans_lost answers the runner's end call, not an
+    # LLM call: both are counted, not recorded.
+    attributable = error.status_code != 409 and error.code != "spans_lost"
+    session = getattr(state, "relight_session", None) if attributable else None
+    gateway_of(request).refused(session, getattr(state, "relight_body", None), error)
 
 
 def gateway_of(request: Request) -> GatewayService:
@@ -118,11 +153,12 @@ async def read_json(request: Request) -> Json:
         raise GatewayError(400, "the request body nests JSON too deeply to parse") from None
     if not isinstance(parsed, dict):
         raise GatewayError(400, f"the request body must be a JSON object, not {type(parsed).__name__}")
+    request.state.relight_body = parsed  # what a refused request asked, for its span
     return cast(Json, parsed)
 
 
-def json_response(content: Json, status_code: int = 200) -> Response:
-    return Response(_json.dumps(content), status_code, media_type="application/json")
+def json_response(content: Json, status_code: int = 200, *, headers: dict[str, str] | None = None) -> Response:
+    return Response(_json.dumps(content), status_code, headers=headers, media_type="application/json")
 
 
 async def sse_response(events: AsyncIterator[bytes], *, gathered: bool = False, last: bytes = b"") -> Response:
@@ -266,24 +302,25 @@ async def _responses(request: Request) -> Response:
     gateway = gateway_of(request)
     session = await gateway.session(request)
     body = await read_json(request)
-    chat = responses.chat_request(body)
+    translation = responses.chat_request(body)
+    chat, marks = translation.chat, translation.span_attributes()
     trace_parent = TraceParent.parse(request.headers.get("traceparent"))
     if not chat.get("stream"):
-        answer = await gateway.complete(session, "chat", chat, trace_parent=trace_parent)
-        return json_response(responses.response_from_chat(body, answer))
+        answer = await gateway.complete(session, "chat", chat, trace_parent=trace_parent, attributes=marks)
+        return json_response(responses.response_from_chat(body, answer, translation.namespaced))
     chat["stream_options"] = {"include_usage": True}
-    translator = responses.ResponseStream(body)
+    translator = responses.ResponseStream(body, translation.namespaced)
 
     async def events() -> AsyncIterator[bytes]:
         try:
-            async for burst in gateway.stream(session, "chat", chat, trace_parent=trace_parent):
+            async for burst in gateway.stream(session, "chat", chat, trace_parent=trace_parent, attributes=marks):
                 if framed := [responses.sse(event) for chunk in burst for event in translator.feed(chunk)]:
                     yield b"".join(framed)
             closing = translator.finish()
         except GatewayError as error:
             if not translator.started:
                 raise
-            closing = translator.fail(error.message)
+            closing = translator.fail(error.message, error.code)
         yield b"".join([responses.sse(event) for event in closing])
 
     return await sse_response(events(), gathered=True)
@@ -294,7 +331,8 @@ async def _messages(request: Request) -> Response:
     try:
         return await _serve_messages(request)
     except GatewayError as error:
-        return json_response(anthropic.error_body(error.status_code, error.message), error.status_code)
+        note_refusal(request, error)
+        return json_response(anthropic.error_body_of(error), error.status_code, headers=error.headers)
 
 
 async def _serve_messages(request: Request) -> Response:
@@ -313,7 +351,9 @@ async def _serve_messages(request: Request) -> Response:
     translator = anthropic.MessageStream(str(chat["model"]), message_id)
 
     async def events() -> AsyncIterator[bytes]:
-        bursts = gateway.stream(session, "chat", chat, response_id=message_id, trace_parent=trace_parent)
+        bursts = gateway.stream(
+            session, "chat", chat, response_id=message_id, trace_parent=trace_parent, keep_prompt_ids=True
+        )
         try:
             async for burst in bursts:
                 if framed := [anthropic.sse(event) for chunk in burst for event in translator.feed(chunk)]:
@@ -321,7 +361,7 @@ async def _serve_messages(request: Request) -> Response:
         except GatewayError as error:
             if not translator.started:
                 raise
-            yield anthropic.sse(anthropic.error_body(error.status_code, error.message))
+            yield anthropic.sse(anthropic.error_body_of(error))
             return
         yield b"".join([anthropic.sse(event) for event in translator.finish()])
 

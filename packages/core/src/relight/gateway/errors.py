@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from relight.gateway.overflow import ContextOverflow
+
 __all__ = ["GatewayError", "UpstreamError", "error_body"]
 
 
@@ -25,6 +27,10 @@ class GatewayError(Exception):
         self.param = param
         self.code = code
         self.headers = headers or {}
+        self.overflow: ContextOverflow | None = None
+        """Set when the request did not fit the model's context (``code`` is ``context_length_exceeded``)."""
+        self.recorded = False
+        """Whether the call's LLM span already tells this failure (else the app records the refusal)."""
 
     def body(self) -> dict[str, Any]:
         return error_body(self.status_code, self.message, param=self.param, code=self.code)
@@ -37,11 +43,21 @@ class UpstreamError(Exception):
     else is the server's, and becomes a 502.
     """
 
-    def __init__(self, message: str, *, status_code: int | None = None, param: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int | None = None,
+        param: str | None = None,
+        overflow: ContextOverflow | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.status_code = status_code
         self.param = param
+        self.overflow = overflow
+        """What did not fit the context, when the server said so (an in-process engine's
+        :class:`~relight.engine.ContextLengthError`); HTTP servers' messages are read by the gateway."""
 
 
 def error_body(status_code: int, message: str, *, param: str | None = None, code: str | None = None) -> dict[str, Any]:

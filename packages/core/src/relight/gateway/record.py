@@ -80,6 +80,8 @@ class Exchange:
     error: str | None = None
     error_type: str | None = None
     upstream_status: int | None = None
+    attributes: dict[str, JsonValue] = field(default_factory=dict[str, JsonValue])
+    """Further span attributes the route knows (hosted tools it dropped, a capped output budget, a refusal)."""
 
     def add(self, answer: Json) -> None:
         """Take in a whole response or one stream chunk, in the vLLM dialect."""
@@ -208,6 +210,7 @@ class Exchange:
             attributes[semconv.POLICY_VERSION_SEGMENTS] = cast(list[JsonValue], self.policy_version_segments)
         if self.upstream_status is not None:
             attributes[semconv.UPSTREAM_STATUS] = self.upstream_status
+        attributes.update(self.attributes)
         if self.error is None:
             attributes.update(self._result_attributes())
         else:

@@ -7,9 +7,23 @@ translated back, whole or as Responses stream events. The reply's id is the chat
 the LLM span's ``gen_ai.response.id`` is the id the framework sees.
 
 The gateway keeps no conversation state: ``previous_response_id`` and ``conversation`` are
-refused (send the whole conversation as ``input``), and so are stored prompts, background mode,
-hosted tools and non-text content.
-Reasoning items in the input are dropped, as chat requests have no place for them.
+refused (send the whole conversation as ``input``), and so are stored prompts, background mode
+and non-text content. Reasoning items in the input are dropped, as chat requests have no place for them.
+
+Tools, as Codex CLI sends them:
+
+- ``function`` tools become chat function tools.
+- ``namespace`` tools (a named group of function tools) are flattened: each inner tool becomes a
+  function tool named ``<namespace>__<name>`` (chat tool names allow letters, digits, ``_`` and
+  ``-``), and a call the model makes to such a name comes back as a ``function_call`` item with the
+  inner ``name`` and its ``namespace``, as the Responses API returns it; a ``function_call`` in the
+  input that carries a ``namespace`` is sent to the model under the qualified name again.
+- Hosted tools, which OpenAI's servers run and a local engine cannot (``web_search``,
+  ``file_search``, ``code_interpreter``, ``image_generation``, ``computer_use_preview``, ``mcp``
+  and their dated variants), are dropped: the model is not offered them, and the LLM span names
+  them in ``relight.dropped_tools``. Only a request that forces one (``tool_choice`` naming a hosted
+  tool, or ``required`` with nothing but hosted tools) is refused, with a 400 naming ``tool_choice``.
+- Any other kind is refused with a 400 naming the tool.
 """
 
 from __future__ import annotations
@@ -17,11 +31,15 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, cast
 
+from pydantic import JsonValue
+
+from relight import semconv
 from relight.gateway.errors import GatewayError
 
-__all__ = ["ResponseStream", "chat_request", "response_from_chat", "sse"]
+__all__ = ["HOSTED_TOOLS", "ChatTranslation", "ResponseStream", "chat_request", "response_from_chat", "sse"]
 
 Json = dict[str, Any]
 
@@ -33,12 +51,43 @@ _UNSERVED_FIELDS = {
     "background": "the gateway answers while the client waits",
 }
 _TEXT_PARTS = {"input_text": "text", "output_text": "text", "text": "text", "refusal": "refusal"}
+HOSTED_TOOLS = frozenset(
+    {
+        "web_search",
+        "web_search_preview",
+        "web_search_2025_08_26",
+        "web_search_preview_2025_03_11",
+        "file_search",
+        "code_interpreter",
+        "image_generation",
+        "computer_use_preview",
+        "computer_use",
+        "mcp",
+    }
+)
+"""Tool kinds OpenAI's servers run themselves: dropped from the request (and named on the span)."""
+NAMESPACE_SEPARATOR = "__"
+
+
+@dataclass(frozen=True, slots=True)
+class ChatTranslation:
+    """A Responses request as a chat request, and what the reply's translation must know about it."""
+
+    chat: Json
+    namespaced: dict[str, tuple[str, str]] = field(default_factory=dict[str, tuple[str, str]])
+    """Qualified chat tool names of flattened namespace tools: ``{"ns__name": ("ns", "name")}``."""
+    dropped_tools: list[str] = field(default_factory=list[str])
+    """The hosted tool kinds that were dropped, in request order."""
+
+    def span_attributes(self) -> dict[str, JsonValue]:
+        """What the LLM span records about the translation beyond the chat request itself."""
+        return {semconv.DROPPED_TOOLS: list[JsonValue](self.dropped_tools)} if self.dropped_tools else {}
 
 
 # -- requests -----------------------------------------------------------------------------------
 
 
-def chat_request(body: Json) -> Json:
+def chat_request(body: Json) -> ChatTranslation:
     """The chat completions request that asks what the Responses request ``body`` asks.
 
     Raises:
@@ -61,17 +110,40 @@ def chat_request(body: Json) -> Json:
             chat[name] = body[name]
     if body.get("max_output_tokens") is not None:
         chat["max_tokens"] = body["max_output_tokens"]
-    if body.get("tools"):
-        chat["tools"] = [_chat_tool(tool, f"tools[{i}]") for i, tool in enumerate(_list(body["tools"], "tools"))]
-    if body.get("tool_choice") is not None:
-        chat["tool_choice"] = _chat_tool_choice(body["tool_choice"])
+    namespaced, dropped = _add_tools(body, chat)
     text_format = _mapping(body.get("text") or {}, "text").get("format")
     if text_format is not None and (response_format := _chat_response_format(text_format)) is not None:
         chat["response_format"] = response_format
     effort = _mapping(body.get("reasoning") or {}, "reasoning").get("effort")
     if effort is not None:
         chat["reasoning_effort"] = effort
-    return chat
+    return ChatTranslation(chat, namespaced, dropped)
+
+
+def _add_tools(body: Json, chat: Json) -> tuple[dict[str, tuple[str, str]], list[str]]:
+    """Put the request's tools and tool_choice on ``chat`` as function tools; returns the namespaced and dropped.
+
+    ``namespace`` tools are flattened to function tools with qualified names; hosted tools the engine
+    cannot run are dropped, and refused only when ``tool_choice`` forces one.
+    """
+    tools: list[Json] = []
+    namespaced: dict[str, tuple[str, str]] = {}
+    dropped: list[str] = []
+    for index, tool in enumerate(_list(body.get("tools") or [], "tools")):
+        tools += _chat_tools(tool, f"tools[{index}]", namespaced, dropped)
+    if tools:
+        chat["tools"] = tools
+    if body.get("tool_choice") is not None:
+        choice = _chat_tool_choice(body["tool_choice"], dropped)
+        if choice == "required" and not tools and dropped:
+            raise GatewayError(
+                400,
+                f"tool_choice 'required' forces a hosted tool ({', '.join(dropped)}), which the gateway cannot run",
+                param="tool_choice",
+            )
+        if tools:
+            chat["tool_choice"] = choice
+    return namespaced, dropped
 
 
 def _messages(items: object) -> list[Json]:
@@ -91,10 +163,13 @@ def _messages(items: object) -> list[Json]:
             content = _text(item.get("content"), f"{param}.content")
             messages.append({"role": "system" if role == "developer" else role, "content": content})
         elif kind == "function_call":
+            name = item.get("name")
+            if item.get("namespace"):
+                name = f"{item['namespace']}{NAMESPACE_SEPARATOR}{name}"
             call = {
-                "id": item.get("call_id"),
+                "id": _call_id(item, param),
                 "type": "function",
-                "function": {"name": item.get("name"), "arguments": item.get("arguments", "")},
+                "function": {"name": name, "arguments": item.get("arguments", "")},
             }
             last = messages[-1] if messages else None
             if last is not None and last["role"] == "assistant":
@@ -105,7 +180,7 @@ def _messages(items: object) -> list[Json]:
         elif kind == "function_call_output":
             output = item.get("output")
             content = output if isinstance(output, str) else _text(output, f"{param}.output")
-            messages.append({"role": "tool", "tool_call_id": item.get("call_id"), "content": content})
+            messages.append({"role": "tool", "tool_call_id": _call_id(item, param), "content": content})
         elif kind != "reasoning":
             raise GatewayError(
                 400,
@@ -113,6 +188,18 @@ def _messages(items: object) -> list[Json]:
                 param=param,
             )
     return messages
+
+
+def _call_id(item: Mapping[str, Any], param: str) -> str:
+    """The ``call_id`` that pairs a function call with its output; chat servers refuse a tool turn without one."""
+    call_id = item.get("call_id")
+    if not isinstance(call_id, str) or not call_id:
+        raise GatewayError(
+            400,
+            f"{param}.call_id is required: a {item.get('type')} item names the call it belongs to",
+            param=f"{param}.call_id",
+        )
+    return call_id
 
 
 def _text(content: object, param: str) -> str:
@@ -133,23 +220,57 @@ def _text(content: object, param: str) -> str:
     return "".join(texts)
 
 
-def _chat_tool(tool: object, param: str) -> Json:
+def _chat_tools(tool: object, param: str, namespaced: dict[str, tuple[str, str]], dropped: list[str]) -> list[Json]:
+    """The chat tools one Responses tool becomes: one, a namespace's several, or none for a hosted tool."""
     spec = _mapping(tool, param)
-    if spec.get("type") != "function":
-        raise GatewayError(
-            400, f"{param} is a {spec.get('type')!r} tool; the gateway serves function tools only", param=param
-        )
+    kind = spec.get("type")
+    if kind == "function":
+        return [_chat_function(spec)]
+    if kind == "namespace":
+        namespace = spec.get("name")
+        if not isinstance(namespace, str) or not namespace:
+            raise GatewayError(400, f"{param}.name: a namespace tool needs a name", param=f"{param}.name")
+        tools: list[Json] = []
+        for index, inner in enumerate(_list(spec.get("tools") or [], f"{param}.tools")):
+            where = f"{param}.tools[{index}]"
+            inner_spec = _mapping(inner, where)
+            if inner_spec.get("type") != "function" or not isinstance(inner_spec.get("name"), str):
+                raise GatewayError(400, f"{where}: a namespace holds function tools only", param=where)
+            qualified = f"{namespace}{NAMESPACE_SEPARATOR}{inner_spec['name']}"
+            namespaced[qualified] = (namespace, str(inner_spec["name"]))
+            tools.append(_chat_function({**inner_spec, "name": qualified}))
+        return tools
+    if kind in HOSTED_TOOLS:
+        dropped.append(str(kind))
+        return []
+    raise GatewayError(
+        400,
+        f"{param} is a {kind!r} tool; the gateway serves function and namespace tools, and drops hosted ones "
+        f"({', '.join(sorted(HOSTED_TOOLS))})",
+        param=param,
+    )
+
+
+def _chat_function(spec: Mapping[str, Any]) -> Json:
     function = {key: spec[key] for key in ("name", "description", "parameters", "strict") if key in spec}
     return {"type": "function", "function": function}
 
 
-def _chat_tool_choice(choice: object) -> object:
+def _chat_tool_choice(choice: object, dropped: list[str]) -> object:
     if isinstance(choice, str):
         return choice
     spec = _mapping(choice, "tool_choice")
-    if spec.get("type") != "function":
+    kind = spec.get("type")
+    if kind in HOSTED_TOOLS:
+        raise GatewayError(
+            400, f"tool_choice forces the hosted tool {kind!r}, which the gateway cannot run", param="tool_choice"
+        )
+    if kind != "function":
         raise GatewayError(400, "tool_choice must be auto, none, required or a function", param="tool_choice")
-    return {"type": "function", "function": {"name": spec.get("name")}}
+    name = spec.get("name")
+    if spec.get("namespace"):
+        name = f"{spec['namespace']}{NAMESPACE_SEPARATOR}{name}"
+    return {"type": "function", "function": {"name": name}}
 
 
 def _chat_response_format(text_format: object) -> Json | None:
@@ -192,8 +313,9 @@ def _list(value: object, param: str) -> list[object]:
 # -- replies ------------------------------------------------------------------------------------
 
 
-def response_from_chat(request: Json, chat: Json) -> Json:
-    """The Responses reply to ``request``, from the gateway's chat completion ``chat``."""
+def response_from_chat(request: Json, chat: Json, namespaced: Mapping[str, tuple[str, str]] | None = None) -> Json:
+    """The Responses reply to ``request``, from the gateway's chat completion ``chat``; calls to a
+    flattened namespace tool (``namespaced``, from :class:`ChatTranslation`) name their namespace again."""
     choice = chat["choices"][0]
     message = choice["message"]
     response_id = str(chat["id"])
@@ -202,7 +324,8 @@ def response_from_chat(request: Json, chat: Json) -> Json:
         output.append(_message_item(response_id, message["content"], "completed"))
     for index, call in enumerate(message.get("tool_calls") or ()):
         function = call["function"]
-        output.append(_call_item(response_id, index, call["id"], function["name"], function["arguments"], "completed"))
+        item = _call_item(response_id, index, call["id"], function["name"], function["arguments"], "completed")
+        output.append(_namespaced(item, namespaced or {}))
     return _response(request, chat, output, choice.get("finish_reason"), chat.get("usage"))
 
 
@@ -269,6 +392,14 @@ def _call_item(response_id: str, index: int, call_id: str, name: str, arguments:
     }
 
 
+def _namespaced(item: Json, namespaced: Mapping[str, tuple[str, str]]) -> Json:
+    """A function call item to a flattened namespace tool, named as the client declared it."""
+    if item["name"] in namespaced:
+        namespace, name = namespaced[item["name"]]
+        return {**item, "name": name, "namespace": namespace}
+    return item
+
+
 class ResponseStream:
     """Chat completion chunks in, Responses stream events out, one output item at a time.
 
@@ -277,8 +408,9 @@ class ResponseStream:
     numbers them.
     """
 
-    def __init__(self, request: Json) -> None:
+    def __init__(self, request: Json, namespaced: Mapping[str, tuple[str, str]] | None = None) -> None:
         self.request = request
+        self.namespaced = namespaced or {}
         self._head: Json | None = None
         self._output: list[Json] = []
         self._open: Json | None = None
@@ -327,7 +459,9 @@ class ResponseStream:
             self._call_index = index
             name = str(function.get("name") or "")
             events += self._open_item(
-                _call_item(self._response_id, index, str(call.get("id")), name, "", "in_progress")
+                _namespaced(
+                    _call_item(self._response_id, index, str(call.get("id")), name, "", "in_progress"), self.namespaced
+                )
             )
         fragment: object = function.get("arguments")
         if isinstance(fragment, str) and fragment:
@@ -355,10 +489,10 @@ class ResponseStream:
         """Whether events have been made: from then on a failure must be told in the stream."""
         return self._head is not None
 
-    def fail(self, message: str) -> list[Json]:
+    def fail(self, message: str, code: str | None = None) -> list[Json]:
         """The closing event when the chat stream broke off: ``response.failed``, with the items done so far."""
         assert self._head is not None, "a stream that has not started fails with an HTTP error instead"
-        error = {"code": "server_error", "message": message}
+        error = {"code": code or "server_error", "message": message}
         response = _response(self.request, self._head, self._output, None, self._usage, error)
         return [self._event("response.failed", response=response)]
 

@@ -40,7 +40,8 @@ def attempt_of_api_key(key: str) -> AttemptRef:
     if not key.startswith(API_KEY_PREFIX):
         raise GatewayError(
             401,
-            "calls to /v1 must carry a relight attempt key (Authorization: Bearer rlk-…) or use the "
+            "calls to /v1 must carry a relight attempt key (Authorization: Bearer rlk-… or x-api-key: rlk-…) "
+            "or use the "
             "/rollouts/<rollout_id>/attempts/<attempt_id>/v1 base URL",
             code="invalid_api_key",
         )
@@ -61,7 +62,11 @@ def attempt_of_request(request: Request) -> AttemptRef:
     if rollout_id is not None and attempt_id is not None:
         return AttemptRef(str(rollout_id), str(attempt_id))
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    return attempt_of_api_key(token.strip() if scheme.lower() == "bearer" else "")
+    key = token.strip() if scheme.lower() == "bearer" else ""
+    if not key.startswith(API_KEY_PREFIX):
+        # Anthropic's clients send the key in x-api-key (Claude Code with ANTHROPIC_API_KEY), OpenAI's as a bearer.
+        key = request.headers.get("x-api-key", "").strip() or key
+    return attempt_of_api_key(key)
 
 
 class SessionChecker:

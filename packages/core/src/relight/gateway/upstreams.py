@@ -19,9 +19,18 @@ from typing import Any, Literal, Protocol, cast, runtime_checkable
 
 from relight._internal.http import HttpClient, HttpResponse
 from relight.algorithm import UpstreamTarget
-from relight.engine import Engine, EngineRequestError, Generation, GenerationRequest, SamplingParams, TokenLogprob
+from relight.engine import (
+    ContextLengthError,
+    Engine,
+    EngineRequestError,
+    Generation,
+    GenerationRequest,
+    SamplingParams,
+    TokenLogprob,
+)
 from relight.gateway import _json
 from relight.gateway.errors import UpstreamError
+from relight.gateway.overflow import ContextOverflow
 
 __all__ = ["Endpoint", "EngineUpstream", "OpenAIUpstream", "Upstream", "UpstreamPool", "as_upstream", "bursts_of"]
 
@@ -148,21 +157,17 @@ class OpenAIUpstream:
         )
         return True
 
-    def _report(self, answer: Json) -> None:
+    def _report(self, found: dict[str, bool]) -> None:
         """Log once what the server gives, so that a user sees why spans are exact or retokenized."""
         self._reported = True
-        choices: list[Json] = answer.get("choices") or [{}]
-        choice = choices[0]
-        found = {
-            "token ids": choice.get("token_ids") is not None,
-            "prompt ids": answer.get("prompt_token_ids") is not None or choice.get("prompt_token_ids") is not None,
-            "logprobs": bool(choice.get("logprobs")),
-        }
         logger.info(
             "relight: upstream %s gives %s",
             self.name,
             ", ".join(f"{name}: {'yes' if given else 'no'}" for name, given in found.items()),
         )
+
+    def _wants_report(self) -> bool:
+        return not self._reported and self.vllm is not False
 
     async def complete(self, endpoint: Endpoint, body: Json) -> Json:
         path = _PATHS[endpoint]
@@ -178,8 +183,8 @@ class OpenAIUpstream:
             if not self._adapted(response.status, content, body, sent):
                 raise UpstreamError(_error_message(content), status_code=response.status)
         answer = cast(Json, _json.loads(content))
-        if not self._reported and self.vllm is not False:
-            self._report(answer)
+        if self._wants_report():
+            self._report(_found_in(answer))
         return answer
 
     async def stream(self, endpoint: Endpoint, body: Json) -> AsyncIterator[Json]:
@@ -200,6 +205,7 @@ class OpenAIUpstream:
         try:
             response = await self._open_stream(_PATHS[endpoint], endpoint, body)
             async with response:
+                found = _found_in({}) if self._wants_report() else None
                 done = False
                 pending = b""  # a line not yet ended (a first vLLM chunk carries the whole prompt's ids)
 
@@ -212,13 +218,18 @@ class OpenAIUpstream:
                         if data == b"[DONE]":  # the body ends just after: read to its end, so the connection is reused
                             done = True
                             continue
-                        yield self._chunk(data)
+                        chunk = self._chunk(data)
+                        if found is not None:
+                            _found_in(chunk, found)
+                        yield chunk
 
                 while (received := await response.next_body()) is not None:  # all that arrived together
                     *lines, pending = (pending + received).split(b"\n")
                     yield chunks(lines)
                 if pending:  # a last line without its newline
                     yield chunks([pending])
+                if found is not None and self._wants_report():
+                    self._report(found)
         except OSError as error:
             raise UpstreamError(f"{self.name} did not answer: {_describe(error)}") from error
 
@@ -226,8 +237,6 @@ class OpenAIUpstream:
         chunk: Json = _json.loads(data)
         if "error" in chunk:
             raise UpstreamError(f"the stream broke off: {_error_message(data)}")
-        if not self._reported and self.vllm is not False and chunk.get("choices"):
-            self._report(chunk)
         return chunk
 
     async def _open_stream(self, path: str, endpoint: Endpoint, body: Json) -> HttpResponse:
@@ -268,6 +277,9 @@ class EngineUpstream:
         request = _generation_request(endpoint, body)
         try:
             generation = await self.engine.generate(request)
+        except ContextLengthError as error:
+            overflow = ContextOverflow(error.context_length, error.prompt_tokens, error.max_tokens)
+            raise UpstreamError(error.message, status_code=400, param=error.param, overflow=overflow) from error
         except EngineRequestError as error:
             raise UpstreamError(error.message, status_code=error.status_code, param=error.param) from error
         except ValueError as error:  # the engine's contract for a request it cannot serve: the client's to fix
@@ -489,3 +501,18 @@ def _error_message(content: bytes) -> str:
 
 def _describe(error: Exception) -> str:
     return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+
+
+def _found_in(answer: Json, found: dict[str, bool] | None = None) -> dict[str, bool]:
+    """Which of the vLLM fields ``answer`` (a response, or one chunk of a stream) holds, added to ``found``.
+
+    A stream spreads them over its chunks (vLLM sends the prompt's ids in the first, the sampled ids
+    and logprobs in later ones), so a stream is judged on all of its chunks, not its first."""
+    found = found if found is not None else {"token ids": False, "prompt ids": False, "logprobs": False}
+    choices: list[Json] = answer.get("choices") or []
+    found["prompt ids"] |= answer.get("prompt_token_ids") is not None
+    for choice in choices:
+        found["token ids"] |= bool(choice.get("token_ids"))
+        found["prompt ids"] |= choice.get("prompt_token_ids") is not None
+        found["logprobs"] |= bool(choice.get("logprobs"))
+    return found

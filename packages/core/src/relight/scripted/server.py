@@ -111,6 +111,8 @@ class ScriptedUpstream(AsgiServer):
         return_token_ids: honour vLLM's ``return_token_ids``; False makes it behave like a hosted
             API that ignores the field (the gateway must then retokenize).
         chunk_chars: characters per streamed content chunk.
+        context_length: refuse, as vLLM does and in its words, a prompt longer than this many tokens or
+            a ``max_tokens`` past what it leaves; None for no limit.
     """
 
     def __init__(
@@ -120,6 +122,7 @@ class ScriptedUpstream(AsgiServer):
         model: str = "scripted",
         return_token_ids: bool = True,
         chunk_chars: int = 4,
+        context_length: int | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
@@ -127,6 +130,7 @@ class ScriptedUpstream(AsgiServer):
         self.model = model
         self.return_token_ids = return_token_ids
         self.chunk_chars = chunk_chars
+        self.context_length = context_length
         self.served: list[Served] = []
         """Every reply sent, in order."""
         self.requests: list[Mapping[str, Any]] = []
@@ -183,6 +187,8 @@ class ScriptedUpstream(AsgiServer):
         if (body.get("n") or 1) != 1:  # pyright: ignore[reportUnknownMemberType]
             return _error(400, "n must be 1: the scripted upstream makes one choice per request")
         scripted = ScriptRequest(endpoint, body)  # pyright: ignore[reportUnknownArgumentType]
+        if (overflow := self._overflow(scripted)) is not None:
+            return _error(400, overflow)
         try:
             reply = self.script(scripted)
         except ScriptError as error:
@@ -201,6 +207,25 @@ class ScriptedUpstream(AsgiServer):
             return StreamingResponse(_sse(chunks), media_type="text/event-stream")
         render_body = self._chat_body if endpoint == "chat" else self._completion_body
         return JSONResponse(render_body(scripted, served, pieces))
+
+    def _overflow(self, request: ScriptRequest) -> str | None:
+        """vLLM's message for a request past :attr:`context_length`, or None when it fits."""
+        if self.context_length is None:
+            return None
+        context, prompt = self.context_length, len(request.prompt_token_ids)
+        budget = request.body.get("max_completion_tokens") or request.body.get("max_tokens")
+        if prompt >= context:
+            return (
+                f"This model's maximum context length is {context} tokens. However, your request has {prompt} "
+                "input tokens. Please reduce the length of the input messages."
+            )
+        if isinstance(budget, int) and budget > context - prompt:
+            return (
+                f"'max_tokens' or 'max_completion_tokens' is too large: {budget}. This model's maximum context "
+                f"length is {context} tokens and your request has {prompt} input tokens "
+                f"({budget} > {context} - {prompt})."
+            )
+        return None
 
     # -- sampling ---------------------------------------------------------------------------------
 

@@ -83,8 +83,17 @@ async def dev_result(store: Store, rollout: Rollout) -> DevResult:
             for span in spans
             if span.kind is SpanKind.HANDOFF
         ],
-        call_errors=[span.status_message or "the call failed" for span in calls if span.status_code == "ERROR"],
+        call_errors=[_call_error(span) for span in calls if span.status_code == "ERROR"],
     )
+
+
+def _call_error(span: Span) -> str:
+    """``400 'messages' is required``: the status the gateway or upstream answered, and the first line of why."""
+    status = span.attributes.get(semconv.HTTP_STATUS) or span.attributes.get(semconv.UPSTREAM_STATUS)
+    reason = (span.status_message or str(span.attributes.get(semconv.ERROR_TYPE, "the call failed"))).strip()
+    reason = reason.splitlines()[0] if reason else "the call failed"
+    reason = reason if len(reason) <= 120 else reason[:119] + "…"
+    return f"{status} {reason}" if status is not None else reason
 
 
 def _tool_run(span: Span) -> ToolRun:
