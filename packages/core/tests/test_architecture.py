@@ -23,7 +23,7 @@ LAYERS: list[set[str]] = [
     {"plugins", "stores"},
     {"tracing", "tracking"},
     {"gateway"},
-    {"transitions", "runners", "scripted.scripts"},
+    {"transitions", "runners", "harness", "scripted.scripts"},
     {"dashboard", "otlp"},
     {"training"},
     {"scripted", "__init__"},
