@@ -20,9 +20,12 @@ import relight
 from relight import Trainer
 from relight.errors import ConfigError
 from relight.gateway.record import random_hex
-from relight.records import Mode, Transition
+from relight.records import Mode, RolloutRequest, Transition
 from relight.scripted.server import ScriptedUpstream
+from relight.stores.memory import InMemoryStore
+from relight.tracing.hook_failures import hook_failures
 from relight.training.resume import Checkpoints
+from relight.transitions.trained_calls import TRAINED_SPAN, record_trained
 from relight_testing.agents import three_calls
 from relight_testing.algorithms import RecordingAlgorithm
 
@@ -215,3 +218,31 @@ async def test_a_resumed_history_reads_as_the_uninterrupted_runs_validations_inc
     assert [sorted(row) for row in resumed] == [sorted(row) for row in whole]
     validated = [(row["step"], "val_reward_mean" in row) for row in resumed]
     assert validated == [(0, True), (1, False), (2, True), (3, False), (3, True)]
+
+
+async def test_a_step_made_again_records_each_trained_call_once() -> None:
+    """The first try recorded its update, then died before its checkpoint; the step made again reuses
+    one of its attempts and retries the other: each call ends with one record, and nothing fails."""
+    store = InMemoryStore()
+    await store.enqueue([RolloutRequest(input="a", rollout_id="ra"), RolloutRequest(input="b", rollout_id="rb")])
+    claimed = [await store.claim("w") for _ in range(2)]
+    attempts = {rollout.rollout_id: attempt.attempt_id for rollout, attempt in (c for c in claimed if c is not None)}
+
+    def transition(rollout_id: str, span_id: str) -> Transition:
+        return Transition(
+            rollout_id=rollout_id,
+            attempt_id=attempts[rollout_id],
+            group_id="g",
+            step=0,
+            prompt_token_ids=[1],
+            response_token_ids=[2],
+            reward=1.0,
+            span_id=span_id,
+        )
+
+    failures = dict(hook_failures())
+    await record_trained(store, None, [transition("ra", "s1")], 1)
+    await record_trained(store, None, [transition("ra", "s1"), transition("rb", "s2")], 1)
+    assert hook_failures() == failures
+    records = [span for rid in ("ra", "rb") for span in await store.query_spans(rid) if span.name == TRAINED_SPAN]
+    assert sorted(str(span.attributes["relight.trained.span_ids"]) for span in records) == ["['s1']", "['s2']"]

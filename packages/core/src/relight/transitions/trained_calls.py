@@ -18,7 +18,8 @@ dashboard) reads back:
 An algorithm reports advantages with an ``advantages(transitions)`` method (:class:`ReportsAdvantages`)
 that returns the advantage its update gives each transition, in order. Recording is a side job: an
 algorithm whose ``advantages`` fails, or a store that refuses the spans, costs the record, not the run
-(:mod:`relight.tracing.hook_failures`).
+(:mod:`relight.tracing.hook_failures`). A step made again after a crash records each call once
+(see :func:`record_trained`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Protocol, cast, runtime_checkable
 from pydantic import JsonValue
 
 from relight import semconv
-from relight.errors import RelightError
+from relight.errors import InvalidStateError, RelightError
 from relight.records import Span, SpanKind, Transition
 from relight.store import Store
 from relight.tracing.hook_failures import hook_failed
@@ -122,6 +123,8 @@ async def record_trained(
     ]
     try:
         await store.add_spans(spans)
+    except InvalidStateError:
+        await _record_again(store, spans)
     except RelightError:
         hook_failed("recording which calls an update trained on")
 
@@ -153,6 +156,22 @@ async def record_update(
     except RelightError:
         hook_failed("recording which calls an update trained on")
     return changed
+
+
+async def _record_again(store: Store, spans: Sequence[Span]) -> None:
+    """A step done again by a resumed run whose first try died between this record and its checkpoint.
+
+    The attempts it reused hold the record of that try already (same calls, same policy version), so
+    theirs stays and only the attempts new to this try get one: never two records of one call.
+    """
+    for span in spans:
+        try:
+            await store.add_spans([span])
+        except InvalidStateError:
+            continue
+        except RelightError:
+            hook_failed("recording which calls an update trained on")
+            return
 
 
 def trained_calls(spans: Iterable[Span]) -> dict[str, TrainedCall]:
