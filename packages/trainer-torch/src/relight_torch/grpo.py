@@ -62,6 +62,10 @@ class GRPO(PolicyAlgorithm):
         callbacks: Called after each update with its transitions and metrics.
     """
 
+    engine_numerics_differ = False
+    """True where the engine samples with other numerics than the learner's forward pass (vLLM): truncated
+    importance sampling then corrects every sample, not only stale ones."""
+
     def __init__(
         self,
         engine: TorchEngine,
@@ -125,7 +129,12 @@ class GRPO(PolicyAlgorithm):
         correction: dict[str, float] = {}
         if self.tis_cap is not None:
             samples, correction = correct_stale_samples(
-                samples, kept, self.learner, version=self.policy_version, cap=self.tis_cap
+                samples,
+                kept,
+                self.learner,
+                version=self.policy_version,
+                cap=self.tis_cap,
+                every_sample=self.engine_numerics_differ,
             )
         samples, anchored = anchor_missing_logprobs(samples, self.learner, steps=self.epochs * self.mini_batches)
         # Left-out samples' loss is zero; dividing by every token's count keeps the step the full batch's.
