@@ -22,6 +22,7 @@ sampling, since the engine is never the learner's own forward pass.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shutil
@@ -94,13 +95,17 @@ class VLLMPolicy:
         self.label = label
         self.lora = lora
         self.url = url
-        self.server_options = server or VLLMServerOptions(seed=seed)
+        self.tokenizer = AutoTokenizer.from_pretrained(self.folder)
+        options = server or VLLMServerOptions(seed=seed)
+        if options.chat_template is None and "tools" not in str(self.tokenizer.chat_template or ""):
+            # SmolLM2's ChatML renders no tools: serve it with the hermes rendering TorchEngine uses.
+            options = dataclasses.replace(options, chat_template=str(Path(__file__).with_name("chatml_tools.jinja")))
+        self.server_options = options
         if lora is not None and lora.rank > self.server_options.max_lora_rank:
             raise ValueError(f"lora.rank={lora.rank} exceeds the server's max_lora_rank={self.server_options.max_lora_rank}")
         self.python = python
         self.work_dir = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="relight-vllm-"))
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        self.tokenizer = AutoTokenizer.from_pretrained(self.folder)
         self.model: PreTrainedModel = self._learner_model()
         pad = self.tokenizer.pad_token_id
         self.pad_id = int(pad if pad is not None else self.tokenizer.eos_token_id)
@@ -212,7 +217,9 @@ class VLLMPolicy:
         self._pushed = folder
 
     def _retire(self, name: str) -> None:
-        """Unload a version no call uses any more, and delete its files."""
+        """Unload a version no call uses any more, and delete its files (the base model stays)."""
+        if name == self.name:
+            return
         try:
             unload_lora_adapter(self.root_url, name)
         except Exception:

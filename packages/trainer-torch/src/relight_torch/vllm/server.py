@@ -70,6 +70,8 @@ class VLLMServerOptions:
         max_loras: Adapters in one batch: two, so a call finishing on version n and one starting on n+1 share it.
         max_model_len: The context length the server allows (its KV cache is sized from it).
         kv_cache_gib: ``VLLM_CPU_KVCACHE_SPACE`` on the CPU build (GiB set aside for the KV cache).
+        tool_parser: vLLM's ``--tool-call-parser`` (with ``--enable-auto-tool-choice``); None serves no tools.
+        chat_template: A Jinja chat template file in place of the model's own.
         extra_args: More command-line arguments, appended as given.
         startup_timeout: Seconds a start may take before it counts as failed.
     """
@@ -80,6 +82,8 @@ class VLLMServerOptions:
     max_loras: int = 2
     max_model_len: int = 4096
     kv_cache_gib: int = 2
+    tool_parser: str | None = "hermes"
+    chat_template: str | None = None
     extra_args: Sequence[str] = ()
     startup_timeout: float = 900.0
     seed: int = 0
@@ -169,6 +173,10 @@ class VLLMServer:
         ]  # fmt: skip
         if o.enforce_eager:
             command.append("--enforce-eager")
+        if o.tool_parser:
+            command += ["--enable-auto-tool-choice", "--tool-call-parser", o.tool_parser]
+        if o.chat_template:
+            command += ["--chat-template", o.chat_template]
         return [*command, *o.extra_args]
 
     def environment(self) -> dict[str, str]:
