@@ -46,6 +46,8 @@ sys.path.insert(0, str(CALC))
 from calc_agent import SYSTEM_PROMPT, calculator  # noqa: E402  (the example's own prompt and tool)
 
 DATA = CALC / "data" / "train.jsonl"
+TEMPLATE = Path(__file__).resolve().parent.parent / "packages/trainer-torch/src/relight_torch/vllm/chatml_tools.jinja"
+"""SmolLM2's ChatML with tools, as relight_torch.vllm serves it (the model's own template renders none)."""
 TOOLS = [
     {
         "type": "function",
@@ -128,7 +130,7 @@ async def measure_vllm(agents: int, *, compiled: bool) -> dict[str, Any]:
 
     from relight_torch.vllm import VLLMServer, VLLMServerOptions
 
-    template = Path(__file__).resolve().parent.parent / "packages/trainer-torch/src/relight_torch/vllm/chatml_tools.jinja"
+    template = TEMPLATE
     options = VLLMServerOptions(enforce_eager=not compiled, chat_template=str(template))
     played = conversations(agents)
     tokens = prompt_tokens = 0

@@ -138,7 +138,8 @@ async def test_a_call_in_flight_across_a_push_finishes_on_its_version(policy: VL
             tokens = [chunk async for chunk in chunks]
             after = await client.chat.completions.create(model=policy.name, messages=PROMPT, max_tokens=4)
         await gateway.flush()
-    assert tokens and after.choices
+    assert tokens
+    assert after.choices
     in_flight, next_call = await _spans(store, rollout_id)
     assert in_flight.attributes[semconv.POLICY_VERSION] == before
     assert len(in_flight.attributes[semconv.RESPONSE_TOKEN_IDS]) == 200  # type: ignore[arg-type]

@@ -49,9 +49,7 @@ def correct_stale_samples(
     if cap <= 0:
         raise ValueError(f"the importance-weight cap must be positive, got {cap}")
     staleness = [version - t.policy_version if t.policy_version is not None else 0 for t in transitions]
-    stale = [
-        i for i, s in enumerate(staleness) if (s > 0 or every_sample) and samples[i].old_logprobs is not None
-    ]
+    stale = [i for i, s in enumerate(staleness) if (s > 0 or every_sample) and samples[i].old_logprobs is not None]
     metrics = {
         "sample_staleness_mean": sum(staleness) / len(staleness) if staleness else 0.0,
         "sample_staleness_max": float(max(staleness, default=0)),

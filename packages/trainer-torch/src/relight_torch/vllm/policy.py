@@ -44,7 +44,7 @@ from relight_torch.vllm.admin import load_lora_adapter, reload_weights, unload_l
 from relight_torch.vllm.server import VLLMServer, VLLMServerOptions
 from relight_torch.vllm.upstream import VLLMUpstream
 
-__all__ = ["LoraOptions", "VLLMGRPO", "VLLMPolicy"]
+__all__ = ["VLLMGRPO", "LoraOptions", "VLLMPolicy"]
 
 logger = logging.getLogger(__name__)
 
@@ -102,7 +102,9 @@ class VLLMPolicy:
             options = dataclasses.replace(options, chat_template=str(Path(__file__).with_name("chatml_tools.jinja")))
         self.server_options = options
         if lora is not None and lora.rank > self.server_options.max_lora_rank:
-            raise ValueError(f"lora.rank={lora.rank} exceeds the server's max_lora_rank={self.server_options.max_lora_rank}")
+            raise ValueError(
+                f"lora.rank={lora.rank} exceeds the server's max_lora_rank={self.server_options.max_lora_rank}"
+            )
         self.python = python
         self.work_dir = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="relight-vllm-"))
         self.work_dir.mkdir(parents=True, exist_ok=True)
@@ -256,7 +258,11 @@ class VLLMGRPO(GRPO):
     def save(self, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self.policy.model.save_pretrained(directory / "policy")
-        state = {"learner": self.learner.state_dict(), "policy_version": self.policy_version, "rng": self.rng.getstate()}
+        state = {
+            "learner": self.learner.state_dict(),
+            "policy_version": self.policy_version,
+            "rng": self.rng.getstate(),
+        }
         torch.save(state, directory / "trainer_state.pt")
 
     def load(self, directory: Path) -> None:

@@ -17,6 +17,7 @@ loopback interface for that reason.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -358,10 +359,8 @@ class VLLMServer:
     def _terminate(process: subprocess.Popen[bytes]) -> None:
         if process.poll() is None:
             _signal_group(process.pid, signal.SIGTERM)
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                pass
         VLLMServer._kill(process)
 
     @staticmethod
@@ -375,10 +374,8 @@ class VLLMServer:
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:
     """Signal the server's process group (it leads one of its own), children included."""
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _free_port() -> int:
