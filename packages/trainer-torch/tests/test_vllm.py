@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+import torch
 from rich.console import Console
 
 import relight
@@ -242,3 +243,32 @@ async def test_a_vllm_server_killed_mid_step_is_restarted_with_the_current_polic
     assert len({s.attributes[semconv.GEN_AI_RESPONSE_ID] for s in llm_spans}) == 4
     assert {s.attributes[semconv.POLICY_VERSION] for s in llm_spans} == {int(current.rsplit("v", 1)[1])}
     assert policy.served_name in _served_models(policy)
+
+
+@pytest.mark.slow
+async def test_full_weights_are_pushed_through_reload_weights_into_a_server_the_user_runs(
+    policy: VLLMPolicy, smollm2_path: Path, tmp_path: Path
+) -> None:
+    """Attached by URL (as to a server the user runs), with lora=None: the base weights are replaced in
+    place; pushing the first weights back gives the first logprob back exactly. Last in the file: it
+    changes the shared server's base weights."""
+    full = VLLMPolicy(smollm2_path, lora=None, url=policy.upstream.name, work_dir=tmp_path)
+    original = {name: tensor.clone() for name, tensor in full.model.state_dict().items()}
+
+    def base_logprob() -> float:
+        body = {"model": full.name, "messages": PROMPT, "max_tokens": 1, "temperature": 0, "logprobs": True}
+        answer = httpx.post(f"{full.upstream.name}/chat/completions", json=body, timeout=60).json()
+        return float(answer["choices"][0]["logprobs"]["content"][0]["logprob"])
+
+    before = base_logprob()
+    with torch.no_grad():
+        full.model.get_parameter("model.norm.weight").mul_(1.5)
+    full.push()
+    assert full.policy_version == 1
+    assert full.served_name == full.name  # full weights keep the model's own name
+    changed = base_logprob()
+    full.model.load_state_dict(original)
+    full.push()
+    assert changed != before
+    assert base_logprob() == before
+    assert full.server is None  # attached: relight runs no server of its own
