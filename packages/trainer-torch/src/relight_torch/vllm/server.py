@@ -17,6 +17,7 @@ loopback interface for that reason.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
@@ -97,7 +98,9 @@ class VLLMServer:
     ``start()`` returns once the server answers ``/health``. A watcher thread restarts the process when
     it exits without being asked to, on the same port, and then runs the ``on_restart`` callbacks (the
     policy loads its current weights into the new process) before :meth:`wait_ready` lets calls through
-    again. ``stop()`` (or leaving the ``with`` block) ends it and its children.
+    again. ``stop()`` (or leaving the ``with`` block, or the interpreter's exit) ends it and its children.
+    The server leads a process group of its own, so a Python process killed by a signal it does not
+    handle (SIGKILL, or SIGTERM by default) leaves it running: ``kill -- -<pid>`` stops that group.
 
     Args:
         model: The folder vLLM loads at start (and again at each restart, unless a callback changes
@@ -197,6 +200,7 @@ class VLLMServer:
         with self._lock:
             self._stopping.clear()
             self._launch()
+        atexit.register(self.stop)
         if self._watcher is None:
             self._watcher = threading.Thread(target=self._watch, name=f"relight-vllm-{self.port}", daemon=True)
             self._watcher.start()
@@ -341,6 +345,7 @@ class VLLMServer:
             self._watcher.join(timeout=30)
         self._watcher = None
         self._ready.clear()
+        atexit.unregister(self.stop)
 
     def __enter__(self) -> VLLMServer:
         return self.start()
