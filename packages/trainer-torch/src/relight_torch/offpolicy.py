@@ -9,7 +9,10 @@ weight ``min(π_current / π_behaviour, cap)`` (truncated importance sampling, a
 "Your efficient RL framework secretly brings you off-policy RL training"), which corrects for having
 sampled from the behaviour policy while bounding the variance a very stale token could add.
 
-A sample whose version is the current one is left as it is, so synchronous training is unchanged.
+A sample whose version is the current one is left as it is, so synchronous training is unchanged, unless
+``every_sample``: an engine that is not the learner's own forward pass (vLLM, sampling in bfloat16 with
+its own kernels) records logprobs that differ from the learner's even for the same weights, so every
+sample is corrected the same way, and the size of that difference is reported.
 """
 
 from __future__ import annotations
@@ -32,17 +35,21 @@ def correct_stale_samples(
     *,
     version: int,
     cap: float,
+    every_sample: bool = False,
 ) -> tuple[list[Sample], dict[str, float]]:
     """``samples`` with the stale ones corrected, and the correction's metrics.
 
     Metrics: ``tis_samples`` (how many were corrected), ``tis_clipped_fraction`` (of their tokens, the
     share whose weight the cap truncated), ``tis_weight_mean`` (their mean weight after truncation) and
-    ``sample_staleness_mean``/``sample_staleness_max`` over every sample.
+    ``sample_staleness_mean``/``sample_staleness_max`` over every sample; with ``every_sample``, also the
+    mismatch between the engine's and the learner's logprobs over the corrected tokens
+    (``logprob_delta_abs_mean``/``_max`` of |learner - engine|, and the untruncated importance ratio's
+    ``is_ratio_min``/``_max``/``_std``).
     """
     if cap <= 0:
         raise ValueError(f"the importance-weight cap must be positive, got {cap}")
     staleness = [version - t.policy_version if t.policy_version is not None else 0 for t in transitions]
-    stale = [i for i, s in enumerate(staleness) if s > 0 and samples[i].old_logprobs is not None]
+    stale = [i for i, s in enumerate(staleness) if (s > 0 or every_sample) and samples[i].old_logprobs is not None]
     metrics = {
         "sample_staleness_mean": sum(staleness) / len(staleness) if staleness else 0.0,
         "sample_staleness_max": float(max(staleness, default=0)),
@@ -56,10 +63,12 @@ def correct_stale_samples(
     limit = math.log(cap)
     clipped = tokens = 0
     total = 0.0
+    every_log_weight: list[float] = []
     for index, current in zip(stale, learner.logprobs([samples[i] for i in stale]), strict=True):
         behaviour = samples[index].old_logprobs
         assert behaviour is not None
         log_weights = [now - then for now, then in zip(current, behaviour, strict=True)]
+        every_log_weight.extend(log_weights)
         weights = [cap if w > limit else math.exp(w) for w in log_weights]
         clipped += sum(w > limit for w in log_weights)
         tokens += len(weights)
@@ -67,4 +76,14 @@ def correct_stale_samples(
         corrected[index] = dataclasses.replace(samples[index], old_logprobs=current, weights=weights)
     metrics["tis_clipped_fraction"] = clipped / tokens if tokens else 0.0
     metrics["tis_weight_mean"] = total / tokens if tokens else 1.0
+    if every_sample and every_log_weight:
+        ratios = [math.exp(w) for w in every_log_weight]
+        mean = sum(ratios) / len(ratios)
+        metrics |= {
+            "logprob_delta_abs_mean": sum(abs(w) for w in every_log_weight) / len(every_log_weight),
+            "logprob_delta_abs_max": max(abs(w) for w in every_log_weight),
+            "is_ratio_min": min(ratios),
+            "is_ratio_max": max(ratios),
+            "is_ratio_std": math.sqrt(sum((r - mean) ** 2 for r in ratios) / len(ratios)),
+        }
     return corrected, metrics

@@ -11,7 +11,10 @@ This is what each example under ``examples/`` runs to train (``python examples/c
    teaches the small model the app's formats (tool calls, ``Answer:`` lines, SQL blocks).
 3. **RL**: ``relight.Trainer(GRPO(engine)).fit(agent, train, val)`` through the gateway and a
    SQLite store, with greedy validation on held-out tasks before the first update (after the warm
-   start, so the gain measured is RL's own) and after the last.
+   start, so the gain measured is RL's own) and after the last. With ``serve_with="vllm"`` (the
+   command line's default where the vLLM environment exists) the warm-started weights are saved and
+   a vLLM server samples every rollout and validation (:mod:`relight_torch.vllm`), each update's
+   weights pushed into it (full weights: the recipe trains the top layers, not adapters).
 
 The run folder is the trainer's own (``metrics.jsonl``, ``summary.json``, ``reward_curve.png``,
 ``checkpoints/``, ``store.db``; see :mod:`relight.training.run_folder`), plus ``scenario.json``: held-out
@@ -48,6 +51,7 @@ from relight.transitions.builder import RoleFilter, TransitionBuilder
 from relight_torch.engine import TorchEngine
 from relight_torch.grpo import GRPO, UpdateCallback
 from relight_torch.sft import SFT, Conversation, conversation_samples
+from relight_torch.vllm.server import vllm_python
 
 __all__ = ["Recipe", "demonstrations", "draw_tasks", "main", "train_agent", "train_top"]
 
@@ -192,12 +196,16 @@ def train_agent(
     demo_tasks: Sequence[Mapping[str, JsonValue]] | None = None,
     callbacks: Sequence[UpdateCallback] = (),
     console: Console | None = None,
+    serve_with: str = "torch",
 ) -> dict[str, Any]:
     """Warm start, then GRPO with validation before and after, in the run folder ``out``; returns scenario.json.
 
     The warm start's demonstrations come from ``demo_tasks`` (by default the training tasks);
-    ``callbacks`` see each update's transitions and metrics.
+    ``callbacks`` see each update's transitions and metrics. ``serve_with`` picks the engine RL samples
+    with: ``"torch"`` (``engine`` itself) or ``"vllm"`` (a vLLM server for the warm-started weights).
     """
+    if serve_with not in ("torch", "vllm"):
+        raise ValueError(f"serve_with must be 'torch' or 'vllm', got {serve_with!r}")
     console = console or Console()
     out.mkdir(parents=True, exist_ok=True)
     began = time.perf_counter()
@@ -216,9 +224,17 @@ def train_agent(
     train_tasks = [{**task, "temperature": recipe.train_temperature} for task in drawn]
     val_tasks = [{**task, "temperature": 0.0} for task in list(val)[: recipe.eval_tasks]]
     tracker = _TokenCount()
-    algorithm = recipe.grpo(engine, callbacks=[tracker, *callbacks])
+    if serve_with == "vllm":
+        algorithm = vllm_grpo(engine, recipe, out, callbacks=[tracker, *callbacks])
+    else:
+        algorithm = recipe.grpo(engine, callbacks=[tracker, *callbacks])
     trainer = recipe.trainer(algorithm, run_dir=out, transitions=TransitionBuilder(roles=roles), console=console)
-    history = trainer.fit(agent, train_tasks, val_tasks)
+    try:
+        history = trainer.fit(agent, train_tasks, val_tasks)
+    finally:
+        close = getattr(algorithm, "close", None)
+        if close is not None:
+            close()
     generation = asyncio.run(_generation_counts(out / "store.db"))
     validations = [row for row in history if "val_reward_mean" in row]
     steps = [row for row in history if "time_update_s" in row]
@@ -240,6 +256,7 @@ def train_agent(
         "generated_tokens_per_s": generation["tokens"] / rollout_seconds,
         "trained_tokens_per_s": tracker.tokens / update_seconds,
         "recipe": asdict(recipe),
+        "engine": serve_with,
     }
     (out / "scenario.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     console.print(
@@ -248,6 +265,24 @@ def train_agent(
         f"peak memory {summary['peak_memory_gb']} GB; run folder {out}"
     )
     return summary
+
+
+def vllm_grpo(engine: TorchEngine, recipe: Recipe, out: Path, callbacks: Sequence[UpdateCallback] = ()) -> GRPO:
+    """The recipe's GRPO with a vLLM server sampling: the warm-started weights saved, served and trained on."""
+    from relight_torch.models import name_model
+    from relight_torch.vllm import VLLMGRPO, VLLMPolicy
+
+    folder = out / "warm-start"
+    engine.model.save_pretrained(folder)
+    engine.tokenizer.save_pretrained(folder)
+    name_model(folder, engine.name)
+    policy = VLLMPolicy(folder, lora=None, seed=recipe.seed, work_dir=out / "vllm")
+    if recipe.trained_layers is not None:
+        train_top(policy.model, recipe.trained_layers)
+    return VLLMGRPO(
+        policy, lr=recipe.lr, clip=recipe.clip, per_episode=recipe.per_episode, mini_batches=recipe.mini_batches,
+        callbacks=callbacks, **recipe.learner_options(),
+    )  # fmt: skip
 
 
 def train_top(model: torch.nn.Module, layers: int) -> None:
@@ -348,6 +383,12 @@ def main(
     parser.add_argument("--model", help="a local Hugging Face model folder; SmolLM2-135M-Instruct by default")
     parser.add_argument("--iterations", type=int, default=recipe.iterations, help="GRPO updates")
     parser.add_argument("--quick", action="store_true", help="two tiny steps, to check the wiring")
+    parser.add_argument(
+        "--engine",
+        choices=["vllm", "torch"],
+        default="vllm" if vllm_python() is not None else "torch",
+        help="what samples the rollouts: a vLLM server (the default where .venv-vllm exists) or TorchEngine",
+    )
     args = parser.parse_args(argv)
     chosen = replace(recipe, seed=args.seed, iterations=args.iterations)
     if args.quick:
@@ -364,6 +405,7 @@ def main(
             out=args.out,
             roles=roles,
             demo_tasks=demo_tasks,
+            serve_with=args.engine,
         )
     finally:
         engine.close()

@@ -96,7 +96,7 @@ def _error(status: int, message: str, *, param: str | None = None) -> Response:
 
 def main(argv: list[str] | None = None) -> None:
     """Serve a model (a local Hugging Face directory, or ``tiny``) until interrupted."""
-    from relight_torch.factories import engine as load_engine
+    from relight_torch.factories import torch_engine as load_engine
 
     parser = argparse.ArgumentParser(prog="python -m relight_torch.server", description=main.__doc__)
     parser.add_argument("model", help="a local Hugging Face model directory, or 'tiny'")
