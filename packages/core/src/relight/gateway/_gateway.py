@@ -246,7 +246,7 @@ class Gateway(AsgiServer):
         (:mod:`relight.gateway.overflow`).
         """
         validate_request(endpoint, body)
-        body = self._capped(body)
+        body = self._with_default_max_tokens(body)
         exchange = self._exchange(session, endpoint, body, response_id, trace_parent, attributes)
         await self._enter()
         try:
@@ -292,7 +292,7 @@ class Gateway(AsgiServer):
         chunks (a route that reports the prompt's length up front, as Anthropic's ``message_start`` does).
         """
         validate_request(endpoint, body)
-        body = self._capped(body)
+        body = self._with_default_max_tokens(body)
         exchange = self._exchange(session, endpoint, body, response_id, trace_parent, attributes)
         await self._enter()
         try:
@@ -323,7 +323,7 @@ class Gateway(AsgiServer):
             self._leave()
             self._record(exchange)
 
-    def _capped(self, body: Json) -> Json:
+    def _with_default_max_tokens(self, body: Json) -> Json:
         """``body`` with :attr:`default_max_tokens` when it sets no output cap of its own."""
         if self.default_max_tokens is None or body.get("max_tokens") or body.get("max_completion_tokens"):
             return body
