@@ -54,3 +54,11 @@ def relight_register_algorithms(register: Callable[[str, Callable[..., Any]], No
 @hookspec
 def relight_register_engines(register: Callable[[str, Callable[..., Any]], None]) -> None:
     """Register inference engines by name; the factory returns a gateway upstream."""
+
+
+@hookspec
+def relight_register_group_rewards(register: Callable[[str, Callable[..., Any]], None]) -> None:
+    """Register group rewards by name (``"judge"``); the factory returns a ``relight.rewards.GroupReward``.
+
+    A group reward scores a GRPO group's finished rollouts together, before they are trained on.
+    """

@@ -33,7 +33,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "relight"
-BUILTIN_PLUGINS = ("relight.stores._plugin", "relight.credit")
+BUILTIN_PLUGINS = ("relight.stores._plugin", "relight.credit", "relight.rewards.group")
 
 _lock = threading.RLock()
 _manager: pluggy.PluginManager | None = None
@@ -93,7 +93,7 @@ def _load_entry_points(manager: pluggy.PluginManager) -> None:
 
 
 def registry(kind: str) -> Registry:
-    """The registry of ``kind``: ``stores``, ``adapters``, ``credit_assigners``, ``algorithms`` or ``engines``."""
+    """The registry of ``kind``: ``stores``, ``adapters``, ``credit_assigners``, ``algorithms``, ``engines`` or ``group_rewards``."""
     with _lock:
         if kind not in _registries:
             hook = getattr(plugin_manager().hook, f"relight_register_{kind}", None)

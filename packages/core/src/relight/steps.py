@@ -19,6 +19,7 @@ from pydantic import JsonValue
 from relight.algorithm import Algorithm
 from relight.gateway import Gateway
 from relight.models import Resources, Rollout, RolloutRequest, RolloutStatus, Transition
+from relight.rewards.group import GroupRewards
 from relight.store import Store
 from relight.transitions import TransitionBuilder
 
@@ -42,13 +43,22 @@ class TrainingLoop(ABC):
     """One :meth:`relight.Trainer.fit`'s training loop over the store and gateway the trainer set up."""
 
     def __init__(
-        self, store: Store, gateway: Gateway, algorithm: Algorithm, transitions: TransitionBuilder, hooks: LoopHooks
+        self,
+        store: Store,
+        gateway: Gateway,
+        algorithm: Algorithm,
+        transitions: TransitionBuilder,
+        hooks: LoopHooks,
+        *,
+        rewards: GroupRewards | None = None,
     ) -> None:
         self.store = store
         self.gateway = gateway
         self.algorithm = algorithm
         self.builder = transitions
         self.hooks = hooks
+        self.rewards = rewards or GroupRewards()
+        """Group rewards (a judge) scored on each finished group before its transitions are built."""
 
     @abstractmethod
     async def run(

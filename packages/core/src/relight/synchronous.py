@@ -20,6 +20,7 @@ from pydantic import JsonValue
 from relight.algorithm import Algorithm
 from relight.gateway import Gateway
 from relight.models import Resources, Rollout, RolloutRequest, Transition
+from relight.rewards.group import GroupRewards
 from relight.signal import flat_groups, sample_until_signal
 from relight.steps import LoopHooks, TrainingLoop, group_id, group_requests, step_metrics
 from relight.store import Store
@@ -57,8 +58,9 @@ class SyncTraining(TrainingLoop):
         *,
         run_batch: RunBatch,
         warn: Callable[[str], None],
+        rewards: GroupRewards | None = None,
     ) -> None:
-        super().__init__(store, gateway, algorithm, transitions, hooks)
+        super().__init__(store, gateway, algorithm, transitions, hooks, rewards=rewards)
         self.options = options
         self.run_batch = run_batch
         self.warn = warn
@@ -101,6 +103,7 @@ class SyncTraining(TrainingLoop):
 
         async def build(rollouts: Sequence[Rollout]) -> list[Transition]:
             await self.gateway.flush()
+            await self.rewards.apply(self.store, rollouts)
             return await self.builder.from_store(self.store, rollouts)
 
         rollouts, transitions, rounds = await sample_until_signal(requests, run, build, rounds=options.dynamic_sampling)
@@ -125,4 +128,4 @@ class SyncTraining(TrainingLoop):
             time_rollouts_s=rolled - began,
             time_update_s=updated - rolled,
             counts={"groups": groups, "groups_no_signal": flat, "sampling_rounds": rounds},
-        )
+        ) | self.rewards.take_metrics()

@@ -41,6 +41,7 @@ from relight.gateway import Gateway, OpenAIUpstream, Retokenizer, Upstream
 from relight.models import Mode, Resources, Rollout, RolloutRequest, RolloutStatus
 from relight.plugins import open_store
 from relight.progress import RunProgress
+from relight.rewards.group import GroupReward, GroupRewards
 from relight.rolecheck import RoleCheck
 from relight.runfolder import RunFolder, default_run_dir
 from relight.runner import Runner
@@ -114,6 +115,9 @@ class Trainer:
         progress_every: seconds between progress lines when the console is not a terminal.
         dynamic_sampling: at most this many extra rounds per step that sample again the tasks whose
             group has no learning signal (all rewards equal), as DAPO does; 0 never does.
+        group_rewards: rewards that score each finished training group together before it is trained
+            on, such as a judge model (:class:`relight.rewards.Judge`); their rewards add to the agent's
+            own and their costs join each step's metrics (see :mod:`relight.rewards.group`).
     """
 
     def __init__(
@@ -144,6 +148,7 @@ class Trainer:
         run_dir: str | Path | None = None,
         progress_every: float = 30.0,
         dynamic_sampling: int = 0,
+        group_rewards: Sequence[GroupReward] = (),
     ) -> None:
         for name, value in (("n_runners", n_runners), ("batch_size", batch_size), ("n_samples", n_samples)):
             if value < 1:
@@ -173,6 +178,8 @@ class Trainer:
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.progress = RunProgress(self.console, every=progress_every)
         self.dynamic_sampling = dynamic_sampling
+        self.group_rewards = tuple(group_rewards)
+        GroupRewards(self.group_rewards)  # distinct names, checked now rather than at the first step
         self._role_check: RoleCheck | None = None
 
     # -- fit --------------------------------------------------------------------------------------
@@ -269,7 +276,14 @@ class Trainer:
                 resample_stale=self.resample_stale,
             )
             return AsyncTraining(
-                loop.store, loop.gateway, algorithm, self.transitions, options, hooks, console=self.console
+                loop.store,
+                loop.gateway,
+                algorithm,
+                self.transitions,
+                options,
+                hooks,
+                console=self.console,
+                rewards=GroupRewards(self.group_rewards),
             )
 
         async def run_batch(requests: Sequence[RolloutRequest], label: str) -> list[Rollout]:
@@ -291,6 +305,7 @@ class Trainer:
             hooks,
             run_batch=run_batch,
             warn=self.progress.warn,
+            rewards=GroupRewards(self.group_rewards),
         )
 
     async def _validate(

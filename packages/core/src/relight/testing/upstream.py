@@ -111,6 +111,8 @@ class ScriptedUpstream(AsgiServer):
         return_token_ids: honour vLLM's ``return_token_ids``; False makes it behave like a hosted
             API that ignores the field (the gateway must then retokenize).
         chunk_chars: characters per streamed content chunk.
+        script_on_thread: run the script on a worker thread, so that a script that waits (a model
+            that hangs, for timeout tests) holds its own request only, not every other one.
     """
 
     def __init__(
@@ -120,6 +122,7 @@ class ScriptedUpstream(AsgiServer):
         model: str = "scripted",
         return_token_ids: bool = True,
         chunk_chars: int = 4,
+        script_on_thread: bool = False,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
@@ -127,6 +130,7 @@ class ScriptedUpstream(AsgiServer):
         self.model = model
         self.return_token_ids = return_token_ids
         self.chunk_chars = chunk_chars
+        self.script_on_thread = script_on_thread
         self.served: list[Served] = []
         """Every reply sent, in order."""
         self.requests: list[Mapping[str, Any]] = []
@@ -183,7 +187,7 @@ class ScriptedUpstream(AsgiServer):
             return _error(400, "n must be 1: the scripted upstream makes one choice per request")
         scripted = ScriptRequest(endpoint, body)  # pyright: ignore[reportUnknownArgumentType]
         try:
-            reply = self.script(scripted)
+            reply = await asyncio.to_thread(self.script, scripted) if self.script_on_thread else self.script(scripted)
         except ScriptError as error:
             return _error(error.status_code, error.message)
         reply = Reply(reply) if isinstance(reply, str) else reply
