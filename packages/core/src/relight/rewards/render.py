@@ -60,6 +60,8 @@ def conversation(calls: Sequence[Span]) -> list[str]:
     """The messages of LLM calls made in this order, each shown once, as ``[role] text`` lines."""
     seen: set[str] = set()
     lines: list[str] = []
+    tool_names: dict[str, str] = {}
+    """The tool each call id named, so a tool result says whose it is."""
     for call in calls:
         for message in (*_messages(call, semconv.GEN_AI_INPUT_MESSAGES), *_messages(call, semconv.GEN_AI_OUTPUT_MESSAGES)):
             if message.get("role") in ("system", "developer"):
@@ -68,7 +70,10 @@ def conversation(calls: Sequence[Span]) -> list[str]:
             if key in seen:
                 continue
             seen.add(key)
-            lines += _lines(message)
+            for item in cast(list[Any], message.get("tool_calls") or []):
+                if isinstance(item, dict) and (call_id := cast(dict[str, Any], item).get("id")):
+                    tool_names[str(call_id)] = str(cast(dict[str, Any], item).get("function", {}).get("name", ""))
+            lines += _lines(message, tool_names)
     return lines
 
 
@@ -141,11 +146,11 @@ def _key(message: Mapping[str, Any]) -> str:
     return json.dumps([role, _text(message.get("content")).strip(), _tool_calls(message), message.get("tool_call_id")])
 
 
-def _lines(message: Mapping[str, Any]) -> list[str]:
+def _lines(message: Mapping[str, Any], tool_names: Mapping[str, str]) -> list[str]:
     role = str(message.get("role", "?"))
     text = _text(message.get("content")).strip()
     if role == "tool":
-        name = message.get("name")
+        name = message.get("name") or tool_names.get(str(message.get("tool_call_id")))
         return [f"[tool result{f' of {name}' if name else ''}] {text}"]
     lines = [f"[{role}] {text}"] if text else []
     lines += [f"[{role} calls tool] {name}({arguments})" for name, arguments in _tool_calls(message)]
