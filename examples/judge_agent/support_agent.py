@@ -62,6 +62,7 @@ async def support(task: str, llm: Any) -> None:
 
 # -- offline stand-ins ----------------------------------------------------------------------------
 
+
 def scripted_model(request: ScriptRequest) -> str:
     """What a scripted policy answers, so the app runs offline."""
     if "return" in request.last_user.lower():

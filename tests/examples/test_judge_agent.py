@@ -30,11 +30,19 @@ async def test_the_judge_alone_rewards_a_fit() -> None:
     """No code reward: every reward the algorithm sees is the scripted judge's (1.0 for quoting the handbook)."""
     store = InMemoryStore()
     with tempfile.TemporaryDirectory() as run_dir:
-        async with ScriptedUpstream(scripted_model) as policy, ScriptedUpstream(scripted_judge, model="j") as judge_server:
+        async with (
+            ScriptedUpstream(scripted_model) as policy,
+            ScriptedUpstream(scripted_judge, model="j") as judge_server,
+        ):
             algorithm = RecordingAlgorithm(policy)
             judge = Judge(RUBRIC, base_url=judge_server.base_url, model="j")
             trainer = Trainer(
-                algorithm, store=store, batch_size=2, n_samples=2, group_rewards=[judge], run_dir=run_dir,
+                algorithm,
+                store=store,
+                batch_size=2,
+                n_samples=2,
+                group_rewards=[judge],
+                run_dir=run_dir,
                 console=Console(file=io.StringIO()),
             )
             (step,) = await trainer.afit(support, [TASKS[0], TASKS[1]])
@@ -55,7 +63,12 @@ async def test_two_grpo_steps_with_smollm2_as_policy_and_judge(smollm2_path: Pat
     with served_process(smollm2_path, name="smollm2-judge") as judge_server, tempfile.TemporaryDirectory() as run_dir:
         judge = Judge(RUBRIC, base_url=judge_server.base_url, model="smollm2-judge", max_tokens=96, timeout=300.0)
         trainer = Trainer(
-            algorithm, store=store, batch_size=1, n_samples=2, group_rewards=[judge], run_dir=run_dir,
+            algorithm,
+            store=store,
+            batch_size=1,
+            n_samples=2,
+            group_rewards=[judge],
+            run_dir=run_dir,
             console=Console(file=io.StringIO()),
         )
         history = await trainer.afit(support, TASKS[:2])

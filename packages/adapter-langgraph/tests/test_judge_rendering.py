@@ -26,8 +26,13 @@ async def test_the_judge_sees_the_tool_call_its_result_and_the_final_answer() ->
     assert "[tool result of calculator] 42" in rendered.lines
     assert rendered.final_answer == "Answer: 42"
     text = rendered.text
-    assert text.index("[user] What is 6 * 7?") < text.index("calculator(") < text.index("[tool result") < text.index(
-        "[final answer] Answer: 42"
+    assert (
+        text.index("[user] What is 6 * 7?")
+        < text.index("calculator(")
+        < text.index("[tool result")
+        < text.index("[final answer] Answer: 42")
     )
     assert "You are the researcher" not in text, "the agents' instructions are left out"
-    assert len([line for line in rendered.lines if "calculator(" in line]) == 1, "a message repeated in later calls shows once"
+    assert len([line for line in rendered.lines if "calculator(" in line]) == 1, (
+        "a message repeated in later calls shows once"
+    )

@@ -28,4 +28,6 @@ async def test_the_judge_sees_the_handoff_the_tool_call_its_result_and_the_final
     assert "[tool result of get_forecast] snowy" in lines
     assert rendered.final_answer == "Tomorrow will be snowy in Oslo."
     text = rendered.text
-    assert text.index("get_forecast(") < text.index("[tool result of get_forecast] snowy") < text.index("[final answer]")
+    assert (
+        text.index("get_forecast(") < text.index("[tool result of get_forecast] snowy") < text.index("[final answer]")
+    )

@@ -20,19 +20,19 @@ import openai
 import pytest
 from rich.console import Console
 
-from relight import Trainer, semconv
-from relight.agent import LLM, rollout
+from relight import Trainer, agent, semconv
+from relight.agent import LLM
 from relight.models import Rollout, Span, SpanKind
 from relight.rewards import Judge, JudgeReplyError, parse_reply, rank_rewards
 from relight.stores.memory import InMemoryStore
 from relight.testing.algorithms import RecordingAlgorithm
-from relight.testing.upstream import ScriptRequest, ScriptedUpstream
+from relight.testing.upstream import ScriptedUpstream, ScriptRequest
 from relight.transitions import last_attempt_spans
 
 _numbers = itertools.count(1)
 
 
-@rollout
+@agent.rollout
 async def asks_with_a_number(task: Mapping[str, Any], llm: LLM) -> None:
     """Asks once with a number no other rollout has; returns no reward, so the judge's is the only one."""
     async with openai.AsyncOpenAI(
@@ -55,11 +55,15 @@ def ranks_by_number(request: ScriptRequest) -> str:
     """A judge that ranks the attempts by their number, highest first."""
     attempts = _attempts(request)
     order = sorted(attempts, key=lambda label: -attempts[label])
-    ranking = [{"id": label, "rank": rank, "reason": f"{attempts[label]} is big"} for rank, label in enumerate(order, 1)]
+    ranking = [
+        {"id": label, "rank": rank, "reason": f"{attempts[label]} is big"} for rank, label in enumerate(order, 1)
+    ]
     return "Here is my ranking:\n```json\n" + json.dumps({"ranking": ranking}) + "\n```"
 
 
-async def _fit(judge: Judge, tasks: int = 2, **options: Any) -> tuple[list[dict[str, float]], RecordingAlgorithm, InMemoryStore]:
+async def _fit(
+    judge: Judge, tasks: int = 2, **options: Any
+) -> tuple[list[dict[str, float]], RecordingAlgorithm, InMemoryStore]:
     store = InMemoryStore()
     with tempfile.TemporaryDirectory() as run_dir:
         async with ScriptedUpstream() as policy:
@@ -114,9 +118,9 @@ async def test_a_groups_ranking_becomes_its_rewards_and_the_judge_is_never_train
             (note,) = _notes(await _spans(store, next(r for r in rollouts if r.rollout_id == rid)))
             assert note["reason"] == f"{numbers[rid]} is big"
             assert note["reward"] == pytest.approx(by_rollout[rid])
-    assert step["judge_groups"] == 2 and step["judge_groups_no_signal"] == 0
-    assert step["judge_calls"] == 2 and step["judge_retries"] == 0
-    assert step["judge_input_tokens"] > 0 and step["judge_output_tokens"] > 0 and step["judge_latency_s"] > 0
+    assert (step["judge_groups"], step["judge_groups_no_signal"]) == (2, 0)
+    assert (step["judge_calls"], step["judge_retries"]) == (2, 0)
+    assert min(step["judge_input_tokens"], step["judge_output_tokens"], step["judge_latency_s"]) > 0
     assert step["groups_no_signal"] == 0
 
 
@@ -189,7 +193,8 @@ async def test_a_gate_keeps_rollouts_from_the_judge_and_the_weight_scales_its_re
         _, algorithm, store = await _fit(judge, tasks=1)
         (request,) = judge_server.requests
     shown = _attempts(ScriptRequest("chat", request))
-    assert shown and all(number % 2 == 0 for number in shown.values())
+    assert shown
+    assert all(number % 2 == 0 for number in shown.values())
     for t in algorithm.batches[0]:
         rollout = await store.get_rollout(t.rollout_id)
         number = _number(await _spans(store, rollout))
@@ -203,7 +208,9 @@ async def test_rubric_scores_become_rewards_out_of_ten() -> None:
     def grades(request: ScriptRequest) -> str:
         attempts = _attempts(request)
         low = min(attempts.values())
-        return json.dumps({"scores": [{"id": label, "score": 2 * (n - low), "reason": "ok"} for label, n in attempts.items()]})
+        return json.dumps(
+            {"scores": [{"id": label, "score": 2 * (n - low), "reason": "ok"} for label, n in attempts.items()]}
+        )
 
     async with ScriptedUpstream(grades, model="judge") as judge_server:
         judge = Judge("Grade by size.", base_url=judge_server.base_url, model="judge", mode="score")
@@ -236,7 +243,9 @@ def test_a_malformed_ranking_says_what_is_wrong(reply: str, complaint: str) -> N
 
 
 def test_rubric_scores_are_grades_out_of_ten() -> None:
-    verdicts = parse_reply('{"scores": [{"id": "A", "score": 7, "reason": "ok"}, {"id": "B", "score": 0}]}', ["A", "B"], "score")
+    verdicts = parse_reply(
+        '{"scores": [{"id": "A", "score": 7, "reason": "ok"}, {"id": "B", "score": 0}]}', ["A", "B"], "score"
+    )
     assert (verdicts["A"].value, verdicts["A"].reason, verdicts["B"].value) == (7.0, "ok", 0.0)
     with pytest.raises(JudgeReplyError, match="from 0 to 10"):
         parse_reply('{"scores": [{"id": "A", "score": 11}, {"id": "B", "score": 0}]}', ["A", "B"], "score")

@@ -303,9 +303,9 @@ class AsyncTraining(TrainingLoop):
 
     def _scored(self) -> None:
         """Forget the groups scored since the last look; a scoring task that failed fails the run, as inline."""
-        for group_id, scoring in list(self._scoring.items()):
+        for scored, scoring in list(self._scoring.items()):
             if scoring.done():
-                del self._scoring[group_id]
+                del self._scoring[scored]
                 scoring.result()
 
     async def _queue(self, group: _Group) -> None:

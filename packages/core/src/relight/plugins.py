@@ -93,7 +93,8 @@ def _load_entry_points(manager: pluggy.PluginManager) -> None:
 
 
 def registry(kind: str) -> Registry:
-    """The registry of ``kind``: ``stores``, ``adapters``, ``credit_assigners``, ``algorithms``, ``engines`` or ``group_rewards``."""
+    """The registry of ``kind``: ``stores``, ``adapters``, ``credit_assigners``, ``algorithms``, ``engines``,
+    ``group_rewards``."""
     with _lock:
         if kind not in _registries:
             hook = getattr(plugin_manager().hook, f"relight_register_{kind}", None)

@@ -118,14 +118,17 @@ class SyncTraining(TrainingLoop):
             learned = await self.algorithm.update(transitions)
         updated = time.perf_counter()
         await record_trained(self.store, self.algorithm, transitions, self.algorithm.policy_version)
-        return step_metrics(
-            step,
-            learned,
-            self.algorithm.policy_version,
-            rollouts,
-            transitions,
-            await self.hooks.returns(rollouts),
-            time_rollouts_s=rolled - began,
-            time_update_s=updated - rolled,
-            counts={"groups": groups, "groups_no_signal": flat, "sampling_rounds": rounds},
-        ) | self.rewards.take_metrics()
+        return (
+            step_metrics(
+                step,
+                learned,
+                self.algorithm.policy_version,
+                rollouts,
+                transitions,
+                await self.hooks.returns(rollouts),
+                time_rollouts_s=rolled - began,
+                time_update_s=updated - rolled,
+                counts={"groups": groups, "groups_no_signal": flat, "sampling_rounds": rounds},
+            )
+            | self.rewards.take_metrics()
+        )

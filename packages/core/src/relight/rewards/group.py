@@ -195,7 +195,16 @@ def _spans(name: str, samples: Sequence[Sample], scores: GroupScores) -> list[Sp
         reward = scores.rewards.get(rollout_id)
         if reward is not None:
             spans.append(
-                _span(sample, f"reward {name}", at, {semconv.SPAN_KIND: SpanKind.REWARD.value, semconv.REWARD: float(reward), semconv.REWARD_NAME: name})
+                _span(
+                    sample,
+                    f"reward {name}",
+                    at,
+                    {
+                        semconv.SPAN_KIND: SpanKind.REWARD.value,
+                        semconv.REWARD: float(reward),
+                        semconv.REWARD_NAME: name,
+                    },
+                )
             )
         if note:
             spans.append(

@@ -221,7 +221,9 @@ class Judge:
             notes[r.rollout_id] = {"judge": self.model, "no_signal": failure, "detail": detail, "tries": self.max_tries}
         return GroupScores({}, notes, usage, failure=failure)
 
-    def messages(self, task: JsonValue, judged: Sequence[RenderedRollout], labels: Sequence[str]) -> list[dict[str, str]]:
+    def messages(
+        self, task: JsonValue, judged: Sequence[RenderedRollout], labels: Sequence[str]
+    ) -> list[dict[str, str]]:
         """The judge's chat: its instructions, then the rubric, the task and each rollout under its label."""
         system = _INSTRUCTIONS[self.mode].format(n=len(judged), labels=", ".join(labels))
         parts = [f"Rubric:\n{self.rubric}", f"Task:\n{task_text(task)}"]
@@ -323,8 +325,10 @@ def _json_object(reply: str) -> dict[str, Any]:
 
 
 def _correction(error: JudgeReplyError, mode: Mode) -> dict[str, str]:
-    shape = '{"ranking": [{"id": ..., "rank": ..., "reason": ...}]}' if mode == "rank" else (
-        '{"scores": [{"id": ..., "score": ..., "reason": ...}]}'
+    shape = (
+        '{"ranking": [{"id": ..., "rank": ..., "reason": ...}]}'
+        if mode == "rank"
+        else ('{"scores": [{"id": ..., "score": ..., "reason": ...}]}')
     )
     return {"role": "user", "content": f"That reply cannot be used: {error}. Reply again with only {shape}."}
 

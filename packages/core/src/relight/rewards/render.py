@@ -63,7 +63,10 @@ def conversation(calls: Sequence[Span]) -> list[str]:
     tool_names: dict[str, str] = {}
     """The tool each call id named, so a tool result says whose it is."""
     for call in calls:
-        for message in (*_messages(call, semconv.GEN_AI_INPUT_MESSAGES), *_messages(call, semconv.GEN_AI_OUTPUT_MESSAGES)):
+        for message in (
+            *_messages(call, semconv.GEN_AI_INPUT_MESSAGES),
+            *_messages(call, semconv.GEN_AI_OUTPUT_MESSAGES),
+        ):
             if message.get("role") in ("system", "developer"):
                 continue
             key = _key(message)
