@@ -6,6 +6,7 @@ own, so the judge (another scripted upstream) can rank a group by those numbers,
 
 from __future__ import annotations
 
+import asyncio
 import io
 import itertools
 import json
@@ -13,7 +14,8 @@ import re
 import tempfile
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Any
+from pathlib import Path
+from typing import Any, cast
 
 import httpx
 import openai
@@ -22,12 +24,15 @@ from rich.console import Console
 
 from relight import Trainer, agent, semconv
 from relight.agent import LLM
+from relight.cli import main
+from relight.dashboard.detail import rollout_detail
 from relight.models import Rollout, Span, SpanKind
 from relight.rewards import Judge, JudgeReplyError, parse_reply, rank_rewards
 from relight.stores.memory import InMemoryStore
+from relight.stores.sqlite import SqliteStore
 from relight.testing.algorithms import RecordingAlgorithm
 from relight.testing.upstream import ScriptedUpstream, ScriptRequest
-from relight.transitions import last_attempt_spans
+from relight.transitions import TransitionBuilder, last_attempt_spans
 
 _numbers = itertools.count(1)
 
@@ -249,3 +254,38 @@ def test_rubric_scores_are_grades_out_of_ten() -> None:
     assert (verdicts["A"].value, verdicts["A"].reason, verdicts["B"].value) == (7.0, "ok", 0.0)
     with pytest.raises(JudgeReplyError, match="from 0 to 10"):
         parse_reply('{"scores": [{"id": "A", "score": 11}, {"id": "B", "score": 0}]}', ["A", "B"], "score")
+
+
+async def test_the_judges_reasons_show_in_relight_show_and_the_dashboard(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "250")
+    url = f"sqlite:///{tmp_path}/store.db"
+    async with ScriptedUpstream(ranks_by_number, model="judge") as judge_server, ScriptedUpstream() as policy:
+        judge = Judge(base_url=judge_server.base_url, model="judge")
+        trainer = Trainer(
+            RecordingAlgorithm(policy),
+            store=url,
+            run_dir=tmp_path / "run",
+            batch_size=1,
+            n_samples=2,
+            group_rewards=[judge],
+            console=Console(file=io.StringIO()),
+        )
+        await trainer.afit(asks_with_a_number, [{"text": "task 0"}])
+    store = SqliteStore.from_url(url)
+    try:
+        rollout_id = (await store.list_rollouts())[0].rollout_id
+        detail = await rollout_detail(store, TransitionBuilder(), rollout_id, None)
+    finally:
+        await store.close()
+    annotations = cast(list[dict[str, Any]], detail["annotations"])
+    (annotation,) = [a for a in annotations if a["name"] == "annotation judge"]
+    assert annotation["payload"]["reason"].endswith("is big")
+    capsys.readouterr()
+    assert await asyncio.to_thread(main, ["show", rollout_id, "--store", url]) == 0
+    shown = capsys.readouterr().out
+    (line,) = [line for line in shown.splitlines() if "annotation judge" in line]
+    assert "[annotation]" in line
+    assert "is big" in line
+    assert "reward judge" in shown
