@@ -3,8 +3,11 @@
 ``Trainer().fit(...)`` (no ``max_staleness``) runs this loop. A step enqueues ``batch_size`` tasks
 ``n_samples`` times each (the samples of a task share a group, for GRPO), waits for every rollout,
 turns them into transitions and hands those to ``algorithm.update`` while the gateway is paused, so
-no call is served by weights that are changing. With ``dynamic_sampling`` it first samples again,
-at most that many rounds, the tasks whose group has no learning signal (:mod:`relight.signal`).
+no call is served by weights that are changing. The trainer's group rewards (a judge model,
+:mod:`relight.rewards`) score every group, all at once, between the rollouts' end and the
+transitions; a task sampled again is scored as its new samples alone. With ``dynamic_sampling`` it
+first samples again, at most that many rounds, the tasks whose group has no learning signal
+(:mod:`relight.signal`).
 Publishing, checkpoints, the metrics file and validation are the trainer's, lent through
 :class:`relight.steps.LoopHooks` exactly as to the asynchronous loop.
 """
