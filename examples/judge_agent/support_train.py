@@ -71,7 +71,7 @@ async def what_the_judge_saw(store: Store, judge: Judge, group_id: str) -> str:
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=None, help="the run folder (runs/<date>-<time> by default)")
+    parser.add_argument("--out", type=Path, default=Path("runs/judge"), help="the run folder (default: runs/judge)")
     parser.add_argument("--steps", type=int, default=2, help="GRPO updates")
     parser.add_argument("--batch-size", type=int, default=2, help="questions per update")
     parser.add_argument("--n-samples", type=int, default=4, help="replies per question: one group for the judge")
@@ -88,10 +88,8 @@ async def main() -> None:
     tasks = TASKS[: args.steps * args.batch_size]
     with served_judge(path, args.judge_model) if args.judge_url is None else _given(args.judge_url) as judge_url:
         judge = Judge(RUBRIC, base_url=judge_url, model=args.judge_model, timeout=300.0, max_tokens=256)
-        store = relight.open_store("memory://")
         trainer = relight.Trainer(
             algorithm,
-            store=store,
             batch_size=args.batch_size,
             n_samples=args.n_samples,
             group_rewards=[judge],
@@ -100,7 +98,11 @@ async def main() -> None:
         history = await trainer.afit(support, tasks)
         for step in history:
             print({key: round(value, 3) for key, value in step.items() if key.startswith(("step", "judge", "reward"))})
-        print(await what_the_judge_saw(store, judge, "step1-task0"))
+        store = relight.open_store(f"sqlite:///{args.out.resolve() / 'store.db'}")
+        try:
+            print(await what_the_judge_saw(store, judge, "step1-task0"))
+        finally:
+            await store.close()
 
 
 @contextmanager

@@ -44,6 +44,7 @@ import json
 import os
 import re
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, cast
@@ -158,7 +159,11 @@ class Judge:
         self.max_tokens = max_tokens
         self.extra_body = dict(extra_body or {})
         self._name = name
-        self._slots = asyncio.Semaphore(concurrency)
+        self.concurrency = concurrency
+        self._slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+            weakref.WeakKeyDictionary()
+        )
+        """One semaphore per event loop: a Judge may serve several ``fit()`` calls, each on a loop of its own."""
 
     @property
     def name(self) -> str:
@@ -240,7 +245,8 @@ class Judge:
             **self.extra_body,
         }
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        async with self._slots:
+        slots = self._slots.setdefault(asyncio.get_running_loop(), asyncio.Semaphore(self.concurrency))
+        async with slots:
             began = time.perf_counter()
             usage.calls += 1
             try:
