@@ -195,7 +195,7 @@ class Judge:
                 usage.retries += 1
             try:
                 reply = await self._call(messages, usage)
-            except TimeoutError:
+            except (TimeoutError, httpx.TimeoutException):
                 failure, detail = "timeout", f"no reply within {self.timeout} s"
                 continue
             except httpx.HTTPError as error:
@@ -222,7 +222,7 @@ class Judge:
                     "group_size": len(judged),
                 }
             return GroupScores(rewards, notes, usage)
-        for r in judged:
+        for r in rendered:  # the gated too: the group as a whole gets no judge reward
             notes[r.rollout_id] = {"judge": self.model, "no_signal": failure, "detail": detail, "tries": self.max_tries}
         return GroupScores({}, notes, usage, failure=failure)
 
