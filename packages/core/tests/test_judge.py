@@ -27,10 +27,11 @@ from relight.agent import LLM
 from relight.cli import main
 from relight.dashboard.detail import rollout_detail
 from relight.models import Rollout, Span, SpanKind
-from relight.rewards import Judge, JudgeReplyError, parse_reply, rank_rewards
+from relight.rewards import Judge, JudgeReplyError, parse_reply, rank_rewards, render_rollout
 from relight.stores.memory import InMemoryStore
 from relight.stores.sqlite import SqliteStore
 from relight.testing.algorithms import RecordingAlgorithm
+from relight.testing.store import make_span
 from relight.testing.upstream import ScriptedUpstream, ScriptRequest
 from relight.transitions import TransitionBuilder, last_attempt_spans
 
@@ -289,3 +290,36 @@ async def test_the_judges_reasons_show_in_relight_show_and_the_dashboard(
     assert "[annotation]" in line
     assert "is big" in line
     assert "reward judge" in shown
+
+
+def _llm_span(index: int, messages: list[dict[str, Any]], output: str) -> Span:
+    attributes = {
+        semconv.SPAN_KIND: SpanKind.LLM.value,
+        semconv.GEN_AI_INPUT_MESSAGES: json.dumps(messages),
+        semconv.GEN_AI_OUTPUT_MESSAGES: json.dumps([{"role": "assistant", "content": output}]),
+    }
+    return make_span("ro-1", "at-1", f"s{index}", start_time=1_000 * (index + 1), attributes=attributes)
+
+
+def test_a_long_rollout_is_trimmed_to_the_budget_keeping_the_task_and_the_final_answer() -> None:
+    history: list[dict[str, Any]] = [
+        {"role": "system", "content": "secret instructions"},
+        {"role": "user", "content": "Q?"},
+    ]
+    spans = []
+    for index in range(30):
+        spans.append(_llm_span(index, list(history), f"thought {index} " + "x" * 200))
+        history += [
+            {"role": "assistant", "content": f"thought {index} " + "x" * 200},
+            {"role": "user", "content": "go on"},
+        ]
+    spans.append(_llm_span(30, history, "The answer is 42. " + "y" * 5000))
+    rendered = render_rollout("ro-1", spans, max_chars=2000)
+    assert len(rendered.text) <= 2000 + 200, "the budget, and the final answer cut to a third of it"
+    assert rendered.text.startswith("[user] Q?\n[… ")
+    assert "message(s) left out to fit the judge's budget" in rendered.text
+    assert "[final answer] The answer is 42." in rendered.text
+    assert "characters left out" in rendered.text
+    assert "secret instructions" not in rendered.text
+    assert rendered.lines.count("[user] go on") == 1, "equal messages are shown once"
+    assert rendered.final_answer.startswith("The answer is 42.")

@@ -7,10 +7,11 @@ read in order; a message already shown (the history each request repeats) is sho
 messages are left out: the agent's instructions are the same for every rollout of a group, and the
 judge's rubric says what matters.
 
-The text is trimmed to a budget of characters (about four per token): each message is cut in its
-middle to a third of the budget, and when the whole is still too long the earliest messages but the
-first (the task as the agent received it) give way, with a line saying how many were left out. The
-final answer (the last call's text) always stands at the end.
+The text is trimmed to a budget of characters (about four per token): the final answer (the last
+call's text, cut in its middle to a third of the budget) always stands at the end; each message
+before it is cut in its middle to a third of the budget, and when the whole is still too long the
+earliest messages but the first (the task as the agent received it) give way, with a line saying
+how many were left out.
 """
 
 from __future__ import annotations
@@ -51,9 +52,10 @@ def render_rollout(rollout_id: str, spans: Iterable[Span], *, max_chars: int = D
     calls = sorted((s for s in spans if s.kind is SpanKind.LLM and s.status_code != "ERROR"), key=_start)
     lines = conversation(calls)
     answer = _final_answer(calls)
-    text = trim(lines, max_chars=max_chars)
-    shown = _cut(answer, max(200, max_chars // 3)) if answer else _NO_ANSWER
-    return RenderedRollout(rollout_id, tuple(lines), answer, f"{text}\n[final answer] {shown}")
+    closing = f"[final answer] {_cut(answer, max(200, max_chars // 3)) if answer else _NO_ANSWER}"
+    body = lines[:-1] if answer and lines and lines[-1] == f"[assistant] {answer}" else lines  # said once, at the end
+    text = trim(body, max_chars=max(max_chars - len(closing) - 1, 0))
+    return RenderedRollout(rollout_id, tuple(lines), answer, f"{text}\n{closing}" if text else closing)
 
 
 def conversation(calls: Sequence[Span]) -> list[str]:
@@ -82,6 +84,8 @@ def conversation(calls: Sequence[Span]) -> list[str]:
 
 def trim(lines: Sequence[str], *, max_chars: int) -> str:
     """``lines`` joined, each cut to a third of ``max_chars``, the earliest but the first dropped to fit."""
+    if not lines:
+        return ""
     cut = [_cut(line, max(200, max_chars // 3)) for line in lines]
     if sum(len(line) + 1 for line in cut) <= max_chars or len(cut) <= 2:
         return "\n".join(cut)
