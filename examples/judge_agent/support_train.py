@@ -78,6 +78,8 @@ async def main() -> None:
     parser.add_argument("--lr", type=float, default=1e-5)
     parser.add_argument("--judge-url", help="an OpenAI-compatible endpoint; SmolLM2 served here by default")
     parser.add_argument("--judge-model", default="smollm2-judge")
+    parser.add_argument("--judge-timeout", type=float, default=600.0, help="seconds one judge call may take")
+    parser.add_argument("--judge-max-tokens", type=int, default=160, help="the longest judge reply asked for")
     args = parser.parse_args()
 
     from relight_torch import GRPO, TorchEngine, smollm2
@@ -87,7 +89,13 @@ async def main() -> None:
     algorithm = GRPO(engine, lr=args.lr)
     tasks = TASKS[: args.steps * args.batch_size]
     with served_judge(path, args.judge_model) if args.judge_url is None else _given(args.judge_url) as judge_url:
-        judge = Judge(RUBRIC, base_url=judge_url, model=args.judge_model, timeout=300.0, max_tokens=256)
+        judge = Judge(
+            RUBRIC,
+            base_url=judge_url,
+            model=args.judge_model,
+            timeout=args.judge_timeout,
+            max_tokens=args.judge_max_tokens,
+        )
         trainer = relight.Trainer(
             algorithm,
             batch_size=args.batch_size,
