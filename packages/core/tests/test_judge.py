@@ -26,8 +26,9 @@ from relight import Trainer, agent, semconv
 from relight.agent import LLM
 from relight.cli import main
 from relight.dashboard.detail import rollout_detail
+from relight.errors import ConfigError, NotFoundError
 from relight.models import Rollout, Span, SpanKind
-from relight.rewards import Judge, JudgeReplyError, parse_reply, rank_rewards, render_rollout
+from relight.rewards import GroupReward, Judge, JudgeReplyError, group_reward, parse_reply, rank_rewards, render_rollout
 from relight.stores.memory import InMemoryStore
 from relight.stores.sqlite import SqliteStore
 from relight.testing.algorithms import RecordingAlgorithm
@@ -323,3 +324,16 @@ def test_a_long_rollout_is_trimmed_to_the_budget_keeping_the_task_and_the_final_
     assert "secret instructions" not in rendered.text
     assert rendered.lines.count("[user] go on") == 1, "equal messages are shown once"
     assert rendered.final_answer.startswith("The answer is 42.")
+
+
+def test_the_judge_is_a_group_reward_registered_by_name() -> None:
+    judge = group_reward("judge", base_url="http://127.0.0.1:9/v1", model="m", mode="score")
+    assert isinstance(judge, Judge)
+    assert isinstance(judge, GroupReward)
+    assert (judge.name, judge.mode) == ("judge", "score")
+    with pytest.raises(NotFoundError, match="no group reward named 'ruler'"):
+        group_reward("ruler")
+    with pytest.raises(ConfigError, match="mode must be 'rank' or 'score'"):
+        Judge(base_url="http://127.0.0.1:9/v1", model="m", mode=cast(Any, "vote"))
+    with pytest.raises(ConfigError, match="distinct names"):
+        Trainer(group_rewards=[judge, judge])
