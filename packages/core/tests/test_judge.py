@@ -337,3 +337,17 @@ def test_the_judge_is_a_group_reward_registered_by_name() -> None:
         Judge(base_url="http://127.0.0.1:9/v1", model="m", mode=cast(Any, "vote"))
     with pytest.raises(ConfigError, match="distinct names"):
         Trainer(group_rewards=[judge, judge])
+
+
+def test_a_call_the_client_sent_again_before_it_ended_shows_only_its_retry() -> None:
+    asked = [{"role": "user", "content": "Q?"}]
+    given_up = _llm_span(0, asked, "a reply nobody read").model_copy(update={"end_time": 5_000})
+    retry = _llm_span(1, asked, "the reply the agent got")
+    rendered = render_rollout("ro-1", [given_up, retry])
+    assert "nobody read" not in rendered.text
+    assert rendered.final_answer == "the reply the agent got"
+    asked_again = _llm_span(9, asked, "a second sample, asked after the first ended")
+    assert (
+        "[assistant] a reply nobody read"
+        in render_rollout("ro-1", [_llm_span(0, asked, "a reply nobody read"), asked_again]).lines
+    )

@@ -5,7 +5,9 @@ LLM call's request messages and response (OpenAI chat format, whatever API the a
 later call's request holds the tool results of the calls before it. The calls of one attempt are
 read in order; a message already shown (the history each request repeats) is shown once. System
 messages are left out: the agent's instructions are the same for every rollout of a group, and the
-judge's rubric says what matters.
+judge's rubric says what matters. So is a call that a client gave up on and sent again unchanged (the
+same request, started before the first one ended: a retry after a client-side timeout), whose reply
+the agent never saw.
 
 The text is trimmed to a budget of characters (about four per token): the final answer (the last
 call's text, cut in its middle to a third of the budget) always stands at the end; each message
@@ -49,7 +51,7 @@ class RenderedRollout:
 
 def render_rollout(rollout_id: str, spans: Iterable[Span], *, max_chars: int = DEFAULT_MAX_CHARS) -> RenderedRollout:
     """Render one attempt's spans (pass only that attempt's) as a judge reads them, within ``max_chars``."""
-    calls = sorted((s for s in spans if s.kind is SpanKind.LLM and s.status_code != "ERROR"), key=_start)
+    calls = _answered(sorted((s for s in spans if s.kind is SpanKind.LLM and s.status_code != "ERROR"), key=_start))
     lines = conversation(calls)
     answer = _final_answer(calls)
     closing = f"[final answer] {_cut(answer, max(200, max_chars // 3)) if answer else _NO_ANSWER}"
@@ -97,6 +99,23 @@ def trim(lines: Sequence[str], *, max_chars: int) -> str:
         room -= len(line) + 1
     dropped = len(cut) - 1 - len(kept)
     return "\n".join([head, f"[… {dropped} message(s) left out to fit the judge's budget …]", *kept])
+
+
+def _answered(calls: Sequence[Span]) -> list[Span]:
+    """The calls whose reply the agent got: one sent again unchanged before it ended (a client's retry after
+    its timeout) gives way to the later one."""
+    kept: list[Span] = []
+    for call, after in zip(calls, [*calls[1:], None], strict=True):
+        request = call.attributes.get(semconv.GEN_AI_INPUT_MESSAGES)
+        retried = (
+            after is not None
+            and request is not None
+            and request == after.attributes.get(semconv.GEN_AI_INPUT_MESSAGES)
+            and after.start_time < call.end_time
+        )
+        if not retried:
+            kept.append(call)
+    return kept
 
 
 def _start(span: Span) -> tuple[int, int]:
