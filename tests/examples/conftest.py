@@ -27,7 +27,7 @@ from relight.transitions.builder import RoleFilter, TransitionBuilder
 from relight_torch.testing import smollm2_path  # noqa: F401  (the fixture the training tests use)
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-for folder in ("calc_agent", "sql_agent", "rag_agent", "crew", "coding_agent"):
+for folder in ("calc_agent", "sql_agent", "rag_agent", "crew", "coding_agent", "judge_agent"):
     if str(EXAMPLES / folder) not in sys.path:
         sys.path.insert(0, str(EXAMPLES / folder))
 

@@ -23,7 +23,7 @@ LAYERS: list[set[str]] = [
     {"plugins", "stores"},
     {"tracing", "tracking"},
     {"gateway"},
-    {"transitions", "runners", "harness", "scripted.scripts"},
+    {"transitions", "runners", "harness", "rewards", "scripted.scripts"},
     {"dashboard", "otlp"},
     {"training"},
     {"scripted", "__init__"},

@@ -59,3 +59,11 @@ def relight_register_loggers(register: Callable[[str, Callable[..., Any]], None]
     The factory takes keyword options (none are required) and returns a
     :class:`relight.tracking.ExperimentLogger`; it must import its tracker's client lazily, in ``start``.
     """
+
+
+@hookspec
+def relight_register_group_rewards(register: Callable[[str, Callable[..., Any]], None]) -> None:
+    """Register group rewards by name (``"judge"``); the factory returns a ``relight.rewards.GroupReward``.
+
+    A group reward scores a GRPO group's finished rollouts together, before they are trained on.
+    """

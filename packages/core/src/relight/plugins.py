@@ -33,7 +33,12 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "relight"
-BUILTIN_PLUGINS = ("relight.stores._plugin", "relight.transitions.credit", "relight.tracking._plugin")
+BUILTIN_PLUGINS = (
+    "relight.stores._plugin",
+    "relight.transitions.credit",
+    "relight.tracking._plugin",
+    "relight.rewards.judge",
+)
 
 _lock = threading.RLock()
 _manager: pluggy.PluginManager | None = None
@@ -101,7 +106,7 @@ def _load_entry_points(manager: pluggy.PluginManager) -> None:
 
 
 def registry(kind: str) -> Registry:
-    """The registry of ``kind``: ``stores``, ``adapters``, ``credit_assigners`` or ``loggers`` (experiment trackers)."""
+    """The registry of ``kind``: ``stores``, ``adapters``, ``credit_assigners``, ``loggers`` or ``group_rewards``."""
     with _lock:
         if kind not in _registries:
             hook = getattr(plugin_manager().hook, f"relight_register_{kind}", None)

@@ -22,7 +22,7 @@ from relight.cli._common import (
 )
 from relight.cli._verdicts import add_builder_options, builder_for, verdict_tree
 from relight.cli.conversation import print_conversations
-from relight.records import Attempt, Mode, Rollout, RolloutStatus, Span
+from relight.records import Attempt, Mode, Rollout, RolloutStatus, Span, SpanKind
 from relight.store import Store
 from relight.summaries import SummaryFilter
 from relight.transitions.builder import TransitionBuilder, episode_return, last_attempt_spans
@@ -188,6 +188,8 @@ def span_label(span: Span, *, full: bool = False) -> str:
     parts.append(f"[dim]{(span.end_time - span.start_time) / 1e6:.1f} ms[/]")
     if span.status_code == "ERROR":
         parts.append(f"[red]error {escape(_gist(span.status_message, full=full) or '')}[/]")
+    if span.kind is SpanKind.ANNOTATION and isinstance(note := attributes.get(semconv.ANNOTATION), str):
+        parts.append(escape(note if full else _short(note, 160)))
     return "  ".join(parts)
 
 

@@ -10,13 +10,13 @@ on it, the advantage the algorithm gave it and the version that update made (:mo
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, cast
 
 from pydantic import JsonValue
 
 from relight import semconv
-from relight.records import Attempt, Span
+from relight.records import Attempt, Span, SpanKind
 from relight.store import Store
 from relight.transitions.builder import TransitionBuilder, episode_return
 from relight.transitions.trained_calls import TrainedCall, trained_calls
@@ -48,8 +48,18 @@ async def rollout_detail(
         },
         "attempts": [_attempt(attempt, spans) for attempt in attempts],
         "calls": [_call(call, decode, trained.get(call.span.span_id)) for call in verdict.calls],
+        "annotations": _annotations(span for span in spans if span.attempt_id == last),
         "decoded": decode is not None,
     }
+
+
+def _annotations(spans: Iterable[Span]) -> list[dict[str, object]]:
+    """The last attempt's annotations (a judge's verdict and reasons, the final answer), in the order recorded."""
+    return [
+        {"name": span.name, "payload": _parsed(span.attributes.get(semconv.ANNOTATION))}
+        for span in sorted(spans, key=lambda s: (s.start_time, s.sequence_id or 0))
+        if span.kind is SpanKind.ANNOTATION
+    ]
 
 
 def _attempt(attempt: Attempt, spans: Sequence[Span]) -> dict[str, object]:

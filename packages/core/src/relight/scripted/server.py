@@ -113,6 +113,8 @@ class ScriptedUpstream(AsgiServer):
         chunk_chars: characters per streamed content chunk.
         context_length: refuse, as vLLM does and in its words, a prompt longer than this many tokens or
             a ``max_tokens`` past what it leaves; None for no limit.
+        script_on_thread: run the script on a worker thread, so that a script that waits (a model
+            that hangs, for timeout tests) holds its own request only, not every other one.
     """
 
     def __init__(
@@ -123,6 +125,7 @@ class ScriptedUpstream(AsgiServer):
         return_token_ids: bool = True,
         chunk_chars: int = 4,
         context_length: int | None = None,
+        script_on_thread: bool = False,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
@@ -131,6 +134,7 @@ class ScriptedUpstream(AsgiServer):
         self.return_token_ids = return_token_ids
         self.chunk_chars = chunk_chars
         self.context_length = context_length
+        self.script_on_thread = script_on_thread
         self.served: list[Served] = []
         """Every reply sent, in order."""
         self.requests: list[Mapping[str, Any]] = []
@@ -190,7 +194,7 @@ class ScriptedUpstream(AsgiServer):
         if (overflow := self._overflow(scripted)) is not None:
             return _error(400, overflow)
         try:
-            reply = self.script(scripted)
+            reply = await asyncio.to_thread(self.script, scripted) if self.script_on_thread else self.script(scripted)
         except ScriptError as error:
             return _error(error.status_code, error.message)
         reply = Reply(reply) if isinstance(reply, str) else reply

@@ -28,6 +28,9 @@
   usual order under its usual group id; rollouts of it already in the store are taken as they
   are, and a group among them more than ``k`` versions behind is dropped as above, so the
   staleness bound holds across the restart.
+* **Group rewards.** A finished group is scored by the trainer's group rewards (a judge) in a task of
+  its own and joins the batches once scored: a slow judge delays its own group, never the others,
+  the admissions or the learner.
 * **Updates.** An algorithm whose ``live_updates`` is true (relight-torch's engine swapping weights
   between generation steps) is updated while calls are served; any other is updated with the
   gateway paused, as in the synchronous loop, while its agents' tools and queued work go on.
@@ -60,6 +63,7 @@ from relight.algorithm import Algorithm
 from relight.errors import ConfigError
 from relight.gateway import Gateway
 from relight.records import Resources, Rollout, Transition
+from relight.rewards.group import GroupRewards
 from relight.store import Store
 from relight.training.loop import LoopHooks, Resume, TrainingLoop, group_id, group_requests, step_metrics
 from relight.training.options import TrainerOptions
@@ -166,8 +170,9 @@ class AsyncTraining(TrainingLoop):
         *,
         console: Console,
         run_id: str | None = None,
+        rewards: GroupRewards | None = None,
     ) -> None:
-        super().__init__(store, gateway, algorithm, options, hooks, run_id=run_id)
+        super().__init__(store, gateway, algorithm, options, hooks, run_id=run_id, rewards=rewards)
         if options.max_staleness is None:
             raise ConfigError("the asynchronous loop needs max_staleness, the versions a sample may lag (0 or more)")
         self.max_staleness: int = options.max_staleness
@@ -175,6 +180,8 @@ class AsyncTraining(TrainingLoop):
         self.live = bool(getattr(algorithm, "live_updates", False))
         self._inflight: dict[str, _Group] = {}
         self._ready: list[_Group] = []
+        self._scoring: dict[str, asyncio.Task[None]] = {}
+        """Finished groups being scored by the group rewards, by group id."""
         self._pending: deque[_Task] = deque()
         self._totals = _Totals(began=time.perf_counter())
         self._done: set[tuple[int, int]] = set()
@@ -256,26 +263,24 @@ class AsyncTraining(TrainingLoop):
         update: asyncio.Task[tuple[dict[str, float], Resources]] | None = None
         idle_since = time.perf_counter()
         runners_idle_since: float | None = time.perf_counter()
-        size, k = self.options.batch_size, self.max_staleness
         try:
-            while pending or self._inflight or self._ready or update is not None:
-                while pending and admitted - (self._totals.discarded - discarded_before) < size * (updated + k + 1):
-                    await self._admit(admitted, pending.popleft(), resources)
-                    admitted += 1
+            while pending or self._inflight or self._scoring or self._ready or update is not None:
+                admitted = await self._admit_while_room(admitted, updated, discarded_before, resources)
                 if self._inflight and runners_idle_since is not None:
                     self._totals.runner_idle += time.perf_counter() - runners_idle_since
                     runners_idle_since = None
                 if update is None:
-                    batch = await self._batch(last=not pending and not self._inflight)
+                    batch = await self._batch(last=not pending and not self._inflight and not self._scoring)
                     if batch:
                         step += 1
                         waited = time.perf_counter() - idle_since
                         self._totals.learner_idle += waited
                         update = asyncio.create_task(self._update(batch, step, waited))
-                if update is None and not self._inflight:
+                if update is None and not self._inflight and not self._scoring:
                     continue
                 if update is not None:
-                    await asyncio.wait({update}, timeout=self._next_look() if self._inflight else None)
+                    busy = self._inflight or self._scoring
+                    await asyncio.wait({update}, timeout=self._next_look() if busy else None)
                     if update.done():
                         metrics, resources = update.result()
                         update, idle_since, updated = None, time.perf_counter(), updated + 1
@@ -291,9 +296,23 @@ class AsyncTraining(TrainingLoop):
         finally:
             if update is not None:
                 update.cancel()
+            for scoring in self._scoring.values():
+                scoring.cancel()
         if history:  # groups dropped or aged out after the last update count too
             history[-1] |= self._counts()
         return step, resources, history
+
+    async def _admit_while_room(self, admitted: int, updated: int, discarded_before: int, resources: Resources) -> int:
+        """Admit pending tasks while the staleness bound leaves room; returns how many are admitted in all.
+
+        After ``updated`` updates, at most ``batch_size * (updated + k + 1)`` tasks may have been admitted,
+        less those discarded (dropped or aged out) since this loop began, which hold no slot.
+        """
+        size, k = self.options.batch_size, self.max_staleness
+        while self._pending and admitted - (self._totals.discarded - discarded_before) < size * (updated + k + 1):
+            await self._admit(admitted, self._pending.popleft(), resources)
+            admitted += 1
+        return admitted
 
     async def _admit(self, index: int, task: _Task, resources: Resources) -> None:
         group = task.group_id
@@ -313,6 +332,7 @@ class AsyncTraining(TrainingLoop):
 
     async def _look(self) -> None:
         """Queue every in-flight group whose rollouts have all ended, after one store query for all of them."""
+        self._scored()
         groups = list(self._inflight.values())
         if not groups:
             return
@@ -324,10 +344,27 @@ class AsyncTraining(TrainingLoop):
                 await self._finished(group, mine)
 
     async def _finished(self, group: _Group, rollouts: list[Rollout]) -> None:
-        """A group whose rollouts have all ended: read its transitions and queue it for a batch."""
+        """A group whose rollouts have all ended: score it (in a task of its own), read its transitions, queue it."""
         del self._inflight[group.group_id]
         group.rollouts = rollouts
         await self.gateway.flush()
+        if self.rewards.active:
+            self._scoring[group.group_id] = asyncio.create_task(self._score(group))
+        else:
+            await self._queue(group)
+
+    async def _score(self, group: _Group) -> None:
+        await self.rewards.apply(self.store, group.rollouts)
+        await self._queue(group)
+
+    def _scored(self) -> None:
+        """Forget the groups scored since the last look; a scoring task that failed fails the run, as inline."""
+        for scored, scoring in list(self._scoring.items()):
+            if scoring.done():
+                del self._scoring[scored]
+                scoring.result()
+
+    async def _queue(self, group: _Group) -> None:
         group.transitions = await self.builder.from_store(self.store, group.rollouts)
         self._totals.rollouts += len(group.rollouts)
         self._ready.append(group)
@@ -413,6 +450,7 @@ class AsyncTraining(TrainingLoop):
             ),
             "epoch": max(group.task.epoch for group in batch),
             **self._async_metrics(batch, version, step),
+            **self.rewards.take_metrics(),
         }
         resources = await self.hooks.publish()
         return await self.hooks.finish_step(metrics, resources), resources

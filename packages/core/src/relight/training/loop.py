@@ -24,6 +24,7 @@ from pydantic import JsonValue
 from relight.algorithm import Algorithm
 from relight.gateway import Gateway
 from relight.records import Resources, Rollout, RolloutRequest, RolloutStatus, Transition
+from relight.rewards.group import GroupRewards
 from relight.store import Store
 from relight.training.options import TrainerOptions
 
@@ -55,6 +56,7 @@ class TrainingLoop(ABC):
         hooks: LoopHooks,
         *,
         run_id: str | None = None,
+        rewards: GroupRewards | None = None,
     ) -> None:
         self.store = store
         self.gateway = gateway
@@ -64,6 +66,8 @@ class TrainingLoop(ABC):
         self.hooks = hooks
         self.run_id = run_id
         """Prefixes training rollout ids, so the rollouts of a step done again are found in the store."""
+        self.rewards = rewards or GroupRewards()
+        """Group rewards (a judge) scored on each finished group before its transitions are built."""
 
     @abstractmethod
     async def run(

@@ -8,6 +8,7 @@ from typing import TypedDict
 
 from relight.errors import ConfigError
 from relight.gateway import Retokenizer
+from relight.rewards.group import GroupReward
 from relight.runners.group import RunnerGroup
 from relight.store import DEFAULT_LEASE_SECONDS, Store
 from relight.tracking import ExperimentLogger
@@ -58,6 +59,7 @@ class TrainerOptions:
     progress_every: float = 30.0
     dynamic_sampling: int = 0
     loggers: tuple[ExperimentLogger | str, ...] = ()
+    group_rewards: tuple[GroupReward, ...] = ()
 
     def __post_init__(self) -> None:
         for name, value in (

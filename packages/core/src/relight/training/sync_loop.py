@@ -3,8 +3,11 @@
 ``Trainer().fit(...)`` (no ``max_staleness``) runs this loop. A step enqueues ``batch_size`` tasks
 ``n_samples`` times each (the samples of a task share a group, for GRPO), waits for every rollout,
 turns them into transitions and hands those to ``algorithm.update`` while the gateway is paused, so
-no call is served by weights that are changing. With ``dynamic_sampling`` it first samples again,
-at most that many rounds, the tasks whose group has no learning signal (:mod:`relight.training.learning_signal`).
+no call is served by weights that are changing. The trainer's group rewards (a judge model,
+:mod:`relight.rewards`) score every group, all at once, between the rollouts' end and the
+transitions; a task sampled again is scored as its new samples alone. With ``dynamic_sampling`` it
+first samples again, at most that many rounds, the tasks whose group has no learning signal
+(:mod:`relight.training.learning_signal`).
 Publishing, checkpoints, the metrics file and validation are the trainer's, lent through
 :class:`relight.training.loop.LoopHooks` exactly as to the asynchronous loop.
 """
@@ -19,6 +22,7 @@ from pydantic import JsonValue
 from relight.algorithm import Algorithm
 from relight.gateway import Gateway
 from relight.records import Resources, Rollout, RolloutRequest, Transition
+from relight.rewards.group import GroupRewards
 from relight.store import Store
 from relight.training.learning_signal import flat_groups, no_signal_warning, sample_until_signal
 from relight.training.loop import LoopHooks, Resume, TrainingLoop, group_id, group_requests, step_metrics
@@ -45,8 +49,9 @@ class SyncTraining(TrainingLoop):
         run_batch: RunBatch,
         warn: Callable[[str], None],
         run_id: str | None = None,
+        rewards: GroupRewards | None = None,
     ) -> None:
-        super().__init__(store, gateway, algorithm, options, hooks, run_id=run_id)
+        super().__init__(store, gateway, algorithm, options, hooks, run_id=run_id, rewards=rewards)
         self.run_batch = run_batch
         self.warn = warn
         self._step = 0
@@ -101,6 +106,7 @@ class SyncTraining(TrainingLoop):
 
         async def build(rollouts: Sequence[Rollout]) -> list[Transition]:
             await self.gateway.flush()
+            await self.rewards.apply(self.store, rollouts)
             return await self.builder.from_store(self.store, rollouts)
 
         rollouts, transitions, rounds = await sample_until_signal(requests, run, build, rounds=options.dynamic_sampling)
@@ -113,14 +119,17 @@ class SyncTraining(TrainingLoop):
             learned = await self.algorithm.update(transitions)
         updated = time.perf_counter()
         await record_update(self.store, self.algorithm, transitions, version_before=before)
-        return step_metrics(
-            step,
-            learned,
-            self.algorithm.policy_version,
-            rollouts,
-            transitions,
-            await self.hooks.returns(rollouts),
-            time_rollouts_s=rolled - began,
-            time_update_s=updated - rolled,
-            counts={"groups": groups, "groups_no_signal": flat, "sampling_rounds": rounds},
+        return (
+            step_metrics(
+                step,
+                learned,
+                self.algorithm.policy_version,
+                rollouts,
+                transitions,
+                await self.hooks.returns(rollouts),
+                time_rollouts_s=rolled - began,
+                time_update_s=updated - rolled,
+                counts={"groups": groups, "groups_no_signal": flat, "sampling_rounds": rounds},
+            )
+            | self.rewards.take_metrics()
         )

@@ -44,6 +44,7 @@ from relight.errors import ConfigError, NotFoundError
 from relight.gateway import Gateway, OpenAIUpstream, Upstream
 from relight.plugins import open_store
 from relight.records import Mode, Resources, Rollout, RolloutRequest, RolloutStatus
+from relight.rewards.group import GroupReward, GroupRewards
 from relight.runners.group import RunnerGroup
 from relight.runners.processes import RunnerProcesses
 from relight.runners.runner import Runner
@@ -128,6 +129,9 @@ class Trainer:
             objects (:class:`relight.tracking.WandbLogger`, ``MlflowLogger``, ``TensorBoardLogger``) or
             names a plugin registered (``"wandb"``, ``"mlflow"``, ``"tensorboard"``); by default
             those ``RELIGHT_LOGGERS`` names (see :mod:`relight.tracking`).
+        group_rewards: rewards that score each finished training group together before it is trained
+            on, such as a judge model (:class:`relight.rewards.Judge`); their rewards add to the agent's
+            own and their costs join each step's metrics (see :mod:`relight.rewards.group`).
     """
 
     def __init__(
@@ -159,6 +163,7 @@ class Trainer:
         progress_every: float = 30.0,
         dynamic_sampling: int = 0,
         loggers: Sequence[ExperimentLogger | str] | None = None,
+        group_rewards: Sequence[GroupReward] = (),
     ) -> None:
         self.algorithm = algorithm
         self.options = TrainerOptions(
@@ -186,7 +191,9 @@ class Trainer:
             progress_every=progress_every,
             dynamic_sampling=dynamic_sampling,
             loggers=tuple(loggers or ()),
+            group_rewards=tuple(group_rewards),
         )
+        GroupRewards(self.options.group_rewards)  # distinct names, checked now rather than at the first step
         self.console = console or Console()
         self.progress = RunProgress(self.console, every=progress_every)
         self._role_check: RoleCheck | None = None
@@ -366,7 +373,14 @@ class Trainer:
         """The synchronous loop, or the asynchronous one when ``max_staleness`` is set."""
         if self.options.max_staleness is not None:
             return AsyncTraining(
-                loop.store, loop.gateway, algorithm, self.options, hooks, console=self.console, run_id=run_id
+                loop.store,
+                loop.gateway,
+                algorithm,
+                self.options,
+                hooks,
+                console=self.console,
+                run_id=run_id,
+                rewards=GroupRewards(self.options.group_rewards),
             )
 
         async def run_batch(requests: Sequence[RolloutRequest], label: str) -> list[Rollout]:
@@ -381,6 +395,7 @@ class Trainer:
             run_batch=run_batch,
             warn=self.progress.warn,
             run_id=run_id,
+            rewards=GroupRewards(self.options.group_rewards),
         )
 
     async def _validate(

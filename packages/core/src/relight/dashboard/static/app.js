@@ -279,6 +279,10 @@ async function drawRollout(id) {
         a.finished_at ? `${fmt(a.finished_at - a.started_at, 2)} s` : "running"),
       a.error ? el("pre", { class: "err", text: a.error }) : null,
       timeline(a.spans))),
+    ...(d.annotations.length ? [el("section", { class: "annotations", "data-testid": "annotations" },
+      el("h2", { text: `Annotations (${d.annotations.length})` }),
+      ...d.annotations.map((a) => el("div", { class: "annotation" },
+        el("h4", { text: a.name }), el("pre", { text: JSON.stringify(a.payload, null, 1) }))))] : []),
     el("h2", { text: `LLM calls (${d.calls.length})` }),
     ...d.calls.map((c) => call(c, d.decoded)));
 }
