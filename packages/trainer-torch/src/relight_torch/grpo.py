@@ -22,7 +22,7 @@ from typing import Any, Literal
 import torch
 
 from relight.records import Transition
-from relight.transitions.builder.signal import flat_groups
+from relight.transitions.signal import flat_groups
 from relight_torch._policy import PolicyAlgorithm
 from relight_torch.advantages import episode_weights, grpo_advantages, reinforce_pp_advantages
 from relight_torch.anchors import anchor_missing_logprobs
