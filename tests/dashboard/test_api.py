@@ -372,3 +372,13 @@ def test_show_and_export_give_the_dashboards_reasons(trained: Any, tmp_path: Any
     ).stderr
     assert "filtered role" in export
     assert "failed rollout" in export
+
+
+async def test_the_command_decodes_with_the_tokenizer_the_run_published(store: Store, trained: Any) -> None:
+    """``relight dashboard`` without ``--tokenizer``: relight-torch published its tokenizer with the policy."""
+    from relight.cli.dashboard import run_decoder
+
+    decode = await run_decoder(store)
+    assert decode is not None
+    ids = trained.engine.tokenizer.encode("What is 2 * 5?")
+    assert decode(ids) == trained.engine.tokenizer.decode(ids)
