@@ -99,6 +99,8 @@ async def test_curves_give_the_rewards_the_trainer_reported(client: httpx.AsyncC
     assert first["dropped"][Reason.FILTERED_ROLE] > 0
     assert first["dropped"][Reason.FAILED_ROLLOUT] == trained.samples * 2
     assert first["dropped_calls"] == sum(first["dropped"].values())
+    # the retried task's first tries and the failing task's first tries: named, their calls on the rollout pages
+    assert first["retried_attempts"] == trained.samples * 2
 
 
 async def test_the_list_filters_by_every_field(client: httpx.AsyncClient, store: Store, trained: Any) -> None:
