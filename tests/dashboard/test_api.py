@@ -99,6 +99,8 @@ async def test_curves_give_the_rewards_the_trainer_reported(client: httpx.AsyncC
     assert first["dropped"][Reason.FILTERED_ROLE] > 0
     assert first["dropped"][Reason.FAILED_ROLLOUT] == trained.samples * 2
     assert first["dropped_calls"] == sum(first["dropped"].values())
+    # the retried task's first tries and the failing task's first tries: named, their calls on the rollout pages
+    assert first["retried_attempts"] == trained.samples * 2
 
 
 async def test_the_list_filters_by_every_field(client: httpx.AsyncClient, store: Store, trained: Any) -> None:
@@ -372,3 +374,13 @@ def test_show_and_export_give_the_dashboards_reasons(trained: Any, tmp_path: Any
     ).stderr
     assert "filtered role" in export
     assert "failed rollout" in export
+
+
+async def test_the_command_decodes_with_the_tokenizer_the_run_published(store: Store, trained: Any) -> None:
+    """``relight dashboard`` without ``--tokenizer``: relight-torch published its tokenizer with the policy."""
+    from relight.cli.dashboard import run_decoder
+
+    decode = await run_decoder(store)
+    assert decode is not None
+    ids = trained.engine.tokenizer.encode("What is 2 * 5?")
+    assert decode(ids) == trained.engine.tokenizer.decode(ids)

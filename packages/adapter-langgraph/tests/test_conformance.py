@@ -21,6 +21,7 @@ class TestLangGraphConformance(AdapterConformance):
     adapter = LangGraphAdapter
     roles = ("planner", "researcher/agent", "researcher/agent", "writer")
     tools = (("calculator", "researcher/agent"),)
+    handoffs = (("planner", "researcher/agent"), ("researcher/agent", "writer"))
     trained_role = "researcher/agent"
 
     def script(self) -> Script:

@@ -31,6 +31,7 @@ class TestOpenAIAgentsConformance(AdapterConformance):
     adapter = OpenAIAgentsAdapter
     roles = ("triage", "forecaster", "forecaster")
     tools = (("get_forecast", "forecaster"),)
+    handoffs = (("triage", "forecaster"),)
     trained_role = "forecaster"
 
     def script(self) -> Script:

@@ -9,6 +9,7 @@ from transformers import AutoTokenizer
 from relight.gateway import EngineUpstream, UpstreamError
 from relight_torch.chat import render
 from relight_torch.engine import TorchEngine
+from relight_torch.tiny import tiny_engine
 
 ADD = {
     "type": "function",
@@ -89,6 +90,14 @@ async def test_force_first_tool_call_forces_auto_until_a_tool_has_answered(engin
     unforced = (await upstream.complete("chat", {**answered, "seed": 3}))["choices"][0]
     assert after["token_ids"] == unforced["token_ids"]  # once the tool has answered, decoding is free again
     assert (await upstream.complete("chat", {**body, "messages": ASK}))["choices"][0]["finish_reason"] != "tool_calls"
+
+
+async def test_tiny_engine_takes_force_first_tool_call_as_the_server_does() -> None:
+    """``tiny_engine(force_first_tool_call=True)``: the untrained tiny model calls the tool first."""
+    with tiny_engine(seed=0, force_first_tool_call=True) as forced:
+        body = {"model": forced.name, "tools": [ADD], "max_tokens": 40, "messages": ASK}
+        first = (await EngineUpstream(forced).complete("chat", body))["choices"][0]
+        assert first["finish_reason"] == "tool_calls"
 
 
 def test_smollm2_template_renders_tool_turns_with_null_content(smollm2_path: Path) -> None:

@@ -1,16 +1,21 @@
+import asyncio
 import json
+import signal
+import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
 from relight._internal.server import AsgiServer
 from relight.engine import GenerationRequest
 from relight_torch.demo.calculator import TOOLS
-from relight_torch.engine import TorchEngine
+from relight_torch.engine import EngineAbandoned, TorchEngine
 from relight_torch.models import model_name, name_model
 from relight_torch.server import create_app
 from relight_torch.testing import free_port, server_process
@@ -111,3 +116,56 @@ def test_a_folder_is_named_by_its_config_else_by_itself(tmp_path: Path) -> None:
     name_model(folder, "HuggingFaceTB/SmolLM2-135M-Instruct")
     assert model_name(folder) == "HuggingFaceTB/SmolLM2-135M-Instruct"
     assert json.loads((folder / "config.json").read_text())["_name_or_path"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
+async def test_an_abandoned_engine_fails_the_request_it_is_sampling_after_the_step() -> None:
+    """What the server's first SIGTERM does: a request with no output cap stops after the current step."""
+    engine = tiny_engine(seed=0, default_max_tokens=None)
+    request = GenerationRequest(messages=[{"role": "user", "content": "Count for ever"}], model=engine.name)
+    try:
+        answer = asyncio.ensure_future(engine.generate(request))
+        while engine.steps < 3:  # sampling has begun (a condition, checked as the loop turns)
+            await asyncio.sleep(0)
+            assert not answer.done()
+        engine.abandon()
+        with pytest.raises(EngineAbandoned, match="shutting down"):
+            await answer
+        assert engine.tokens < engine.context_length - 100  # cut off, far from the end of the context
+    finally:
+        engine.close()
+
+
+def test_the_first_sigterm_stops_a_busy_server() -> None:
+    """``--max-tokens 0`` lifts the cap, so a request may run for minutes; one SIGTERM still stops the server."""
+    port = free_port()
+    command = [sys.executable, "-m", "relight_torch.server", "tiny", "--port", str(port), "--max-tokens", "0"]
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        assert server.stderr is not None
+        for line in server.stderr:
+            if "Uvicorn running on" in line:
+                break
+        threading.Thread(target=server.stderr.read, daemon=True).start()
+        url = f"http://127.0.0.1:{port}/v1"
+        outcome: list[object] = []
+
+        def ask() -> None:
+            with openai.OpenAI(base_url=url, api_key="unused", max_retries=0, timeout=300) as client:
+                hello: Any = [{"role": "user", "content": "Count for ever"}]
+                try:
+                    outcome.append(client.chat.completions.create(model="relight-tiny", messages=hello))
+                except (openai.APIError, httpx.HTTPError) as error:
+                    outcome.append(error)
+
+        asking = threading.Thread(target=ask)
+        asking.start()
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=60) in (0, -signal.SIGTERM)  # Uvicorn re-raises the signal once it has shut down
+        asking.join(timeout=60)
+        assert outcome  # the request ended too: answered before the signal, or cut off by it
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+        if server.stderr is not None:
+            server.stderr.close()

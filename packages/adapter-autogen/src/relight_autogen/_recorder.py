@@ -4,7 +4,7 @@
 ``LLMCallEvent`` once a call returns (its raw response holds the response id), or an
 ``LLMStreamStartEvent`` at the first chunk and an ``LLMStreamEndEvent`` at the last. AgentChat logs
 an agent's ``ToolCallRequestEvent`` and ``ToolCallExecutionEvent`` at DEBUG on its own event
-logger, and a ``HandoffMessage`` when an agent hands the conversation to another (a handoff span).
+logger; a handoff is one of those tool calls (``transfer_to_<agent>``), recorded as a handoff span too.
 Each event is logged on the agent's task, so the attempt it belongs to is the current one.
 """
 
@@ -34,6 +34,9 @@ __all__ = ["Recorder", "role_of"]
 FRAMEWORK = "autogen"
 _TEAM_SUFFIX = re.compile(r"_[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 """A team names each participant's agent type ``<name>_<team id>``."""
+
+_HANDOFF_PREFIX = "transfer_to_"
+"""AgentChat names an ``AssistantAgent``'s handoff tool ``transfer_to_<target>`` (``Handoff(target=...)``)."""
 
 _open_stream: ContextVar[Span | None] = ContextVar("relight_autogen_open_stream", default=None)
 """The role span of the stream the current task is reading (a stream starts and ends on one task)."""
@@ -104,6 +107,10 @@ class Recorder:
                         end_tool_span(span, success=False, error=result.content)
                     else:
                         end_tool_span(span, success=True, result=result.content)
+                target = result.name.removeprefix(_HANDOFF_PREFIX)
+                if not result.is_error and result.name.startswith(_HANDOFF_PREFIX) and target:
+                    # AgentChat logs no HandoffMessage: its handoff is this tool call, named after the target.
+                    record_handoff(event.source, target, framework=FRAMEWORK)
         elif isinstance(event, HandoffMessage):
             record_handoff(event.source, event.target, framework=FRAMEWORK)
 

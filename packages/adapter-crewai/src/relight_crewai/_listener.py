@@ -118,15 +118,17 @@ def _record_tool_use(
         role=end.agent_role or start.agent_role or "",
         framework=framework,
         run_id=start.event_id,
+        arguments=getattr(start, "tool_args", None) or None,
         start_time=_nanoseconds(start.timestamp),
     )
     if span is None:
         return
     failure = end.error if isinstance(end, ToolUsageErrorEvent) else end.failure
-    error = failure if isinstance(failure, BaseException) else None
+    error: BaseException | str | None = failure if isinstance(failure, BaseException) else None
     if failure is not None and error is None:
-        span.set_status(Status(StatusCode.ERROR, str(failure)))
-    end_tool_span(span, success=failure is None, error=error, end_time=_nanoseconds(end.timestamp))
+        error = str(failure)
+    result = getattr(end, "output", None) if failure is None else None
+    end_tool_span(span, success=failure is None, error=error, result=result, end_time=_nanoseconds(end.timestamp))
 
 
 def _nanoseconds(moment: datetime) -> int:

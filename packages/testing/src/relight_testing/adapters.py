@@ -72,6 +72,7 @@ from relight.stores.memory import InMemoryStore
 from relight.tracing import hook_failures as guard
 from relight.tracing import otel as tracing
 from relight.tracing.instrumentation import Adapter, instrument
+from relight.tracing.roles import MAX_TOOL_TEXT
 from relight.training.trainer import Trainer
 from relight.transitions.builder import TransitionBuilder
 
@@ -158,6 +159,8 @@ class AdapterConformance:
     """The role of each LLM call that one run of the agent makes, in call order."""
     tools: ClassVar[Sequence[tuple[str, str]]] = ()
     """(tool name, role of the agent that called it) for each tool one run executes, in order; all succeed."""
+    handoffs: ClassVar[Sequence[tuple[str, str]]] = ()
+    """(from role, to role) for each handoff one run makes, in order: each must be a handoff span."""
     modes: ClassVar[Sequence[RunMode]] = RUN_MODES
     """The ways of running the agent the suite exercises: ``sync`` needs :meth:`run_sync`."""
     trained_role: ClassVar[str | None] = None
@@ -288,6 +291,7 @@ class AdapterConformance:
         assert (tool.attributes[semconv.GEN_AI_TOOL_NAME], tool.attributes[semconv.ROLE]) == (name, role)
         assert tool.attributes[semconv.TOOL_SUCCESS] is False
         assert tool.status_code == "ERROR"
+        assert tool.status_message, "a failed tool span says why it failed"
         return tool
 
     async def run_rollouts(self, count: int, mode: RunMode, *, roles: Sequence[str] | None = None) -> Batch:
@@ -338,6 +342,16 @@ class AdapterConformance:
                 (s.attributes.get(semconv.GEN_AI_TOOL_NAME), s.attributes.get(semconv.ROLE)) for s in tool_spans
             ] == [tuple(tool) for tool in self.tools], run.task
             assert all(s.attributes.get(semconv.TOOL_SUCCESS) is True for s in tool_spans), run.task
+            for tool in tool_spans:  # what the model asked and what the tool gave back, bounded in size
+                for key in (semconv.GEN_AI_TOOL_CALL_ARGUMENTS, semconv.GEN_AI_TOOL_CALL_RESULT):
+                    value = tool.attributes.get(key)
+                    assert isinstance(value, str), f"{run.task}: tool span {tool.name} has no {key}"
+                    assert len(value) <= MAX_TOOL_TEXT + 40
+            handoffs = [
+                (s.attributes.get(semconv.HANDOFF_FROM), s.attributes.get(semconv.HANDOFF_TO))
+                for s in run.of_kind(SpanKind.HANDOFF)
+            ]
+            assert handoffs == [tuple(handoff) for handoff in self.handoffs], run.task
             transitions = sorted(run.transitions, key=lambda t: t.step)
             assert [t.role for t in transitions] == expected_roles, run.task
             others = [other.task for other in runs if other is not run]

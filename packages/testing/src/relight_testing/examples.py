@@ -48,7 +48,8 @@ def load_example(path: Path) -> ModuleType:
 def run_example(path: Path, *args: str, cwd: Path) -> list[str]:
     """Run ``python <path> <args>`` as its README says and return the rows of the dev table it prints.
 
-    Asserts that the command succeeded; a row is a printed line that names a rollout (``ro-…``).
+    Asserts that the command succeeded; a row is a line of the final table that names a rollout
+    (``ro-…``), not the lines printed as each rollout ended (``rollout ro-…``).
     """
     done = subprocess.run(
         [sys.executable, str(path), *args],
@@ -60,4 +61,4 @@ def run_example(path: Path, *args: str, cwd: Path) -> list[str]:
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    return [line for line in done.stdout.splitlines() if "ro-" in line]
+    return [line for line in done.stdout.splitlines() if "ro-" in line and not line.startswith("rollout ro-")]

@@ -290,6 +290,9 @@ class TorchEngine:
             matcher=matcher,
             top_logprobs=top_logprobs,
         )
+        if self._abandoning:  # shutting down: a request that arrives now is never started
+            row.future.set_exception(EngineAbandoned("the engine is shutting down; the request was never started"))
+            return row.future
         self._ensure_worker()
         self._queue.put(row)
         return row.future
@@ -320,7 +323,8 @@ class TorchEngine:
                 break
             if row is not None and row.future.set_running_or_notify_cancel():
                 row.future.set_exception(EngineAbandoned("the engine is shutting down; the request was never started"))
-        self._queue.put(None)
+        if self._worker is not None:  # wake a worker waiting for work, so it stops
+            self._queue.put(None)
 
     def close(self) -> None:
         """Stop the worker thread once the queued requests are served; safe to call twice."""

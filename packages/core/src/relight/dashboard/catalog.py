@@ -44,6 +44,8 @@ class _Point:
     reasons: tuple[tuple[str, int], ...]
     created_at: float
     finished_at: float | None
+    retried: int = 0
+    """Earlier attempts the rollout retried (their calls are counted on its page, not in the list's summary)."""
 
 
 def row_json(summary: RolloutSummary, builder: TransitionBuilder) -> dict[str, object]:
@@ -181,6 +183,7 @@ def _point(summary: RolloutSummary, builder: TransitionBuilder) -> _Point:
         reasons=tuple(sorted((reason.value, count) for reason, count in reasons.items())),
         created_at=rollout.created_at,
         finished_at=rollout.finished_at,
+        retried=max(0, rollout.attempt_count - 1),
     )
 
 
@@ -204,6 +207,7 @@ def _curve_point(version: int, points: Sequence[_Point]) -> dict[str, object]:
         "trained_calls": sum(point.trained for point in train),
         "dropped_calls": sum(dropped.values()),
         "dropped": dict(dropped),
+        "retried_attempts": sum(point.retried for point in train),
     }
 
 

@@ -116,7 +116,9 @@ async function drawRuns() {
     el("td", { text: p.val_rollouts }), el("td", { text: fmt(p.val_reward) }),
     el("td", { text: fmt(p.rollouts_per_s, 2) }), el("td", { text: p.failed }),
     el("td", { text: p.trained_calls }),
-    el("td", { text: Object.entries(p.dropped).map(([k, v]) => `${v} ${k}`).join(", ") || "–" })));
+    el("td", { text: [...Object.entries(p.dropped).map(([k, v]) => `${v} ${k}`),
+      // A retried attempt's calls are judged on the rollout's page; here only how many attempts were retried.
+      ...(p.retried_attempts ? [`and the calls of ${p.retried_attempts} retried attempt(s)`] : [])].join(", ") || "–" })));
   document.getElementById("versions").replaceChildren(el("thead", {}, head), el("tbody", {}, rows));
 }
 
