@@ -61,7 +61,7 @@ smoke() {
     case $name in
         relight)
             install "$venv" "$(wheel relight)"
-            (cd "$venv" && ./bin/python "$ROOT/.ci/smoke/core.py") ;;
+            (cd "$venv" && ./bin/python "$ROOT/.ci/smoke/relight_core.py") ;;
         relight-testing)
             install "$venv" "$(wheel relight-testing)" "$(wheel relight)" pytest-timeout  # its own dependencies do the rest
             "$venv/bin/python" -m pytest -q -p no:cacheprovider .ci/smoke/test_testing_kit.py ;;
@@ -82,7 +82,7 @@ smoke() {
         relight-verl)
             install "$venv" torch==2.13.0
             install "$venv" "$(wheel relight-verl)" "$(wheel relight)"
-            (cd "$venv" && ./bin/python "$ROOT/.ci/smoke/verl.py") ;;
+            (cd "$venv" && ./bin/python "$ROOT/.ci/smoke/trainer_verl.py") ;;
         *) echo "no smoke test for $name" >&2; return 1 ;;
     esac
     rm -rf "$venv"
