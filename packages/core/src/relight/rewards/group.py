@@ -234,4 +234,3 @@ def group_reward(name: str, **options: object) -> GroupReward:
     """The group reward registered as ``name`` (``"judge"``), made with ``options``."""
     made: GroupReward = registry("group_rewards").get(name)(**options)
     return made
-
