@@ -16,8 +16,7 @@ from typing import Any
 from openai import AsyncOpenAI
 
 import relight
-from relight.scripted.server import ScriptRequest
-from relight_testing.examples import run_dev_example
+from relight.scripted import ScriptRequest, run_dev_example
 
 HANDBOOK = (
     "Returns: unused items within 30 days, with the receipt, for a full refund. "
