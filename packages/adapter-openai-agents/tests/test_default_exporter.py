@@ -20,7 +20,8 @@ def test_the_default_exporter_is_off_while_relight_records_and_back_after(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     adapter = OpenAIAgentsAdapter()
-    adapter.uninstrument()  # another test module may have instrumented the process
+    was_recording = adapter.is_instrumented  # another test module may have instrumented the process
+    adapter.uninstrument()
     before = processors()  # the processors already there (relight's own) stay where they are
     set_trace_processors([default_processor(), *before])
     monkeypatch.setattr(_exporter, "_told", False)
@@ -41,3 +42,5 @@ def test_the_default_exporter_is_off_while_relight_records_and_back_after(
     finally:
         adapter.uninstrument()
         set_trace_processors(before)
+        if was_recording:  # leave the process as the test found it, for the test modules after this one
+            adapter.instrument()

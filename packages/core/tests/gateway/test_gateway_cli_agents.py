@@ -244,7 +244,8 @@ async def test_a_refused_request_is_a_failed_span_counted_and_shown_in_the_dev_t
     console = Console(width=300, record=True)
     console.print(dev_table([result]))
     row = console.export_text()
-    assert "4 failed call(s): 400 'messages' is required" in row
+    assert "4 failed call(s): 400 messages.0.role must be user, assistant or system" in row
+    assert "; 400 'messages' is required" in row, "each distinct refusal is named once, with its status"
 
 
 # -- context overflow ------------------------------------------------------------------------------
