@@ -39,7 +39,10 @@ def test_a_miniature_run_writes_the_whole_run_folder(tmp_path: Path) -> None:
     assert [(row["kind"], row["step"]) for row in rows] == [("val", 0), ("train", 1), ("train", 2), ("val", 2)]
     assert {"reward_mean", "groups_no_signal", "time_update_s"} <= set(rows[1])
     assert (tmp_path / "reward_curve.png").read_bytes().startswith(b"\x89PNG")
-    AutoModelForCausalLM.from_pretrained(tmp_path / "checkpoints" / "step-2")
+    checkpoints = sorted((tmp_path / "checkpoints").glob("step-*"), key=lambda p: int(p.name.removeprefix("step-")))
+    assert len(checkpoints) == saved["policy_version"] - 1, "one checkpoint per update that changed the weights"
+    if checkpoints:
+        AutoModelForCausalLM.from_pretrained(checkpoints[-1])
     assert str(tmp_path / "summary.json") in output.getvalue()
 
 

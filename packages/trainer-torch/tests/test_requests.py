@@ -30,7 +30,7 @@ ASK = [{"role": "user", "content": "add"}]
         ({"response_format": {"type": "yaml"}}, 400, "response_format"),
         ({"response_format": {"type": "json_schema"}}, 400, "response_format"),
         ({"logprobs": True, "top_logprobs": 21}, 400, "top_logprobs"),
-        ({"max_tokens": 10**9}, 400, None),
+        ({"max_tokens": 10**9}, 400, "max_tokens"),
     ],
 )
 async def test_requests_the_engine_cannot_serve_are_the_clients_fault(
