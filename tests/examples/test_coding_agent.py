@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -107,7 +108,8 @@ def test_the_readme_command_runs_offline(tmp_path: Path) -> None:
         pytest.skip("unshare --net cannot make a network namespace on this machine")
     rows = run_example(example_file("coding_agent/coding_agent.py", near=__file__), "--tasks", "2", cwd=tmp_path)
     assert len(rows) == 2, rows
-    assert all("succeeded" in row and "1.000" in row and "2 trainable" in row for row in rows), rows
+    # Each row: succeeded, reward 1.000, two calls (their exact ids are checked by the dev-mode tests above).
+    assert all(re.search(r"succeeded\s+│\s+1\.000\s+│\s+2\s+│", row) for row in rows), rows
 
 
 def _ints(span: Span, key: str) -> list[int]:
