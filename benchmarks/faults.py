@@ -49,7 +49,7 @@ from relight.plugins import open_store
 from relight.records import AttemptStatus, Mode, Rollout, RolloutRequest, RolloutStatus, SpanKind
 from relight.runners.processes import RunnerProcesses
 from relight.runners.supervisor import RunnerSupervisor
-from relight.scripted.server import ScriptedUpstream
+from relight.scripted import ScriptedUpstream
 from relight.stores.http import HttpStore
 from relight.transitions.trained_calls import TRAINED_SPAN
 from relight_testing.agents import CALLS, three_calls_async

@@ -74,7 +74,7 @@ from relight._internal.server import AsgiServer
 from relight.agent import LLM
 from relight.gateway import Gateway
 from relight.records import RolloutRequest
-from relight.scripted.server import ScriptedUpstream
+from relight.scripted import ScriptedUpstream
 from relight.stores.memory import InMemoryStore
 from relight_testing.agents import CALLS, three_calls, three_calls_async
 from relight_testing.algorithms import RecordingAlgorithm

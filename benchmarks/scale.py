@@ -42,7 +42,7 @@ from relight.gateway import Gateway
 from relight.plugins import open_store
 from relight.records import RolloutRequest, RolloutStatus
 from relight.runners.processes import RunnerProcesses
-from relight.scripted.server import ScriptedUpstream
+from relight.scripted import ScriptedUpstream
 from relight.store import Store
 from relight_testing.agents import three_calls_async
 from relight_testing.postgres import PostgresServer, postgres_unavailable

@@ -27,7 +27,7 @@ from rich.console import Console
 import relight
 from relight.dashboard import Dashboard
 from relight.records import Mode, SpanKind, Transition
-from relight.scripted.server import Reply, ScriptedUpstream, ScriptRequest, ToolCall
+from relight.scripted import Reply, ScriptedUpstream, ScriptRequest, ToolCall
 from relight.transitions.builder import TransitionBuilder
 from relight.transitions.signal import flat_groups
 from relight.transitions.verdicts import Reason

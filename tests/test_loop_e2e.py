@@ -15,7 +15,7 @@ from relight import Trainer
 from relight.agent import Agent
 from relight.records import AttemptStatus, Mode, RolloutStatus
 from relight.runners.runner import is_worker_of
-from relight.scripted.server import ScriptedUpstream, decode
+from relight.scripted import ScriptedUpstream, decode
 from relight.stores.memory import InMemoryStore
 from relight_testing.agents import CALLS, three_calls, three_calls_async
 from relight_testing.algorithms import RecordingAlgorithm

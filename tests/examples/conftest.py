@@ -20,7 +20,7 @@ from rich.console import Console
 from relight import semconv
 from relight.agent import Agent
 from relight.records import Span, SpanKind, Transition
-from relight.scripted.server import Script, ScriptedUpstream
+from relight.scripted import Script, ScriptedUpstream
 from relight.stores.memory import InMemoryStore
 from relight.training.trainer import DevResult, Trainer
 from relight.transitions.builder import RoleFilter, TransitionBuilder

@@ -10,7 +10,7 @@ import calc_data
 import pytest
 from calc_scripted import scripted_model
 
-from relight.scripted.scripts import Reply, ScriptRequest, ToolCall
+from relight.scripted import Reply, ScriptRequest, ToolCall
 from relight_testing.examples import example_file, run_example
 
 

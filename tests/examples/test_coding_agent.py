@@ -23,7 +23,7 @@ from rich.console import Console
 from relight import semconv
 from relight.harness import CliHarness, HarnessResult
 from relight.records import Span, SpanKind
-from relight.scripted.server import ScriptedUpstream
+from relight.scripted import ScriptedUpstream
 from relight.stores.memory import InMemoryStore
 from relight.stores.sqlite import SqliteStore
 from relight.training.trainer import Trainer

@@ -14,7 +14,7 @@ from support_agent import RUBRIC, TASKS, scripted_judge, scripted_model, support
 from relight import Trainer, semconv
 from relight.records import SpanKind
 from relight.rewards import Judge
-from relight.scripted.server import ScriptedUpstream
+from relight.scripted import ScriptedUpstream
 from relight.stores.memory import InMemoryStore
 from relight.transitions.builder import last_attempt_spans
 from relight_testing.algorithms import RecordingAlgorithm

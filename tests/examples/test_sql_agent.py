@@ -12,7 +12,7 @@ import sql_data
 from sql_scripted import script
 
 from relight.records import SpanKind
-from relight.scripted.server import Reply, ScriptRequest
+from relight.scripted import Reply, ScriptRequest
 from relight_testing.examples import example_file, run_example
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")

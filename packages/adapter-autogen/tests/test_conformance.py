@@ -13,7 +13,7 @@ from autogen_agentchat.base import ChatAgent, Team
 from autogen_ext.models.openai import OpenAIChatCompletionClient
 
 from relight.agent import LLM
-from relight.scripted.server import Reply, Script, ScriptRequest, ToolCall
+from relight.scripted import Reply, Script, ScriptRequest, ToolCall
 from relight_autogen import AutoGenAdapter
 from relight_testing.adapters import AdapterConformance
 from relight_testing.examples import example_file, load_example

@@ -13,7 +13,7 @@ from autogen_ext.models.openai import OpenAIChatCompletionClient
 from relight import semconv
 from relight.agent import LLM
 from relight.records import SpanKind
-from relight.scripted.server import Reply, Script, ScriptRequest, ToolCall
+from relight.scripted import Reply, Script, ScriptRequest, ToolCall
 from relight_autogen import AutoGenAdapter
 from relight_testing.adapters import AdapterConformance
 

@@ -13,8 +13,7 @@ import pytest
 from relight import semconv
 from relight.agent import LLM
 from relight.records import SpanKind
-from relight.scripted import run_dev_example
-from relight.scripted.server import Script
+from relight.scripted import Script, run_dev_example
 from relight_crewai import CrewAIAdapter
 from relight_testing.adapters import AdapterConformance
 from relight_testing.examples import example_file, load_example

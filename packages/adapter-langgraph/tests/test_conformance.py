@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from relight.agent import LLM
-from relight.scripted.server import Reply, Script, ScriptRequest, ToolCall
+from relight.scripted import Reply, Script, ScriptRequest, ToolCall
 from relight_langgraph import LangGraphAdapter
 from relight_testing.adapters import AdapterConformance
 from relight_testing.examples import example_file, load_example

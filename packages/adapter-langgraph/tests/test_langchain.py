@@ -10,7 +10,7 @@ from rich.console import Console
 import relight
 from relight import semconv
 from relight.records import SpanKind
-from relight.scripted.server import ScriptedUpstream
+from relight.scripted import ScriptedUpstream
 from relight.stores.memory import InMemoryStore
 from relight_langgraph import LangGraphAdapter
 

@@ -6,7 +6,7 @@ from agents import Agent, OpenAIChatCompletionsModel, Runner
 from openai import AsyncOpenAI
 
 from relight.agent import LLM
-from relight.scripted.server import Reply, Script, ScriptRequest, ToolCall
+from relight.scripted import Reply, Script, ScriptRequest, ToolCall
 from relight_openai_agents import OpenAIAgentsAdapter
 from relight_testing.adapters import AdapterConformance
 

@@ -15,8 +15,7 @@ from relight import semconv
 from relight.agent import LLM
 from relight.gateway import Gateway
 from relight.records import RolloutRequest, SpanKind
-from relight.scripted import run_dev_example
-from relight.scripted.server import Script, ScriptedUpstream
+from relight.scripted import Script, ScriptedUpstream, run_dev_example
 from relight.stores.memory import InMemoryStore
 from relight_openai_agents import OpenAIAgentsAdapter
 from relight_testing.adapters import AdapterConformance

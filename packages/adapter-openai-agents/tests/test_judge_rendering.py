@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from relight.records import SpanKind
 from relight.rewards import render_rollout
-from relight.scripted.server import ScriptedUpstream
+from relight.scripted import ScriptedUpstream
 from relight_testing.compat_agents import run_agent
 from relight_testing.examples import example_file, load_example
 

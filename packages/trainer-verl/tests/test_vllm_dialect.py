@@ -18,7 +18,7 @@ import torch
 from relight import semconv
 from relight.gateway import Gateway
 from relight.records import AttemptStatus, RolloutRequest, Span, SpanKind
-from relight.scripted.server import ScriptedUpstream
+from relight.scripted import ScriptedUpstream
 from relight.stores.memory import InMemoryStore
 from relight.transitions.builder import TransitionBuilder
 from relight_verl.algorithm import replica_base_url

@@ -15,7 +15,7 @@ from relight._internal.server import AsgiServer
 from relight.cli import main
 from relight.gateway import Gateway
 from relight.records import RolloutRequest, RolloutStatus, SpanKind
-from relight.scripted.server import ScriptedUpstream, ScriptRequest, echo
+from relight.scripted import ScriptedUpstream, ScriptRequest, echo
 from relight.stores.http.server import create_app
 from relight.stores.memory import InMemoryStore
 from relight_testing.agents import CALLS

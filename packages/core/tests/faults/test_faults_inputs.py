@@ -13,7 +13,7 @@ import pytest
 from relight import attempt_scope, emit_reward
 from relight.gateway import Gateway
 from relight.records import RolloutRequest
-from relight.scripted.server import ScriptedUpstream
+from relight.scripted import ScriptedUpstream
 from relight.stores.http.server import running_server
 from relight.stores.memory import InMemoryStore
 from relight.tracing import otel as tracing

@@ -16,7 +16,7 @@ from relight.gateway import Gateway
 from relight.records import AttemptStatus, Rollout, RolloutRequest, RolloutStatus, SpanKind
 from relight.runners.processes import RunnerProcesses
 from relight.runners.supervisor import RunnersDiedError
-from relight.scripted.server import ScriptedUpstream, first_calls_reach
+from relight.scripted import ScriptedUpstream, first_calls_reach
 from relight.store import Store
 from relight.stores.http import HttpStore
 from relight_testing.agents import CALLS, three_calls

@@ -18,7 +18,7 @@ from relight.gateway import Gateway
 from relight.records import AttemptStatus, RolloutRequest, RolloutStatus, SpanKind
 from relight.runners.processes import RunnerProcesses
 from relight.runners.runner import Runner
-from relight.scripted.server import ScriptedUpstream
+from relight.scripted import ScriptedUpstream
 from relight.stores.http import HttpStore
 from relight.stores.http.server import create_app
 from relight.stores.memory import InMemoryStore

@@ -24,7 +24,7 @@ from relight.gateway import Gateway
 from relight.gateway.upstreams import UPSTREAM_KEEP_ALIVE_SECONDS
 from relight.records import AttemptStatus, RolloutRequest, RolloutStatus, SpanKind
 from relight.runners.runner import Runner
-from relight.scripted.server import ScriptedUpstream
+from relight.scripted import ScriptedUpstream
 from relight.stores.http import HttpStore
 from relight.stores.http.server import create_app, running_server
 from relight.stores.memory import InMemoryStore

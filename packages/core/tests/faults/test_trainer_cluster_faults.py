@@ -17,7 +17,7 @@ import relight
 from relight import Trainer
 from relight.records import Mode, RolloutStatus
 from relight.runners.ray_actors import RayRunners
-from relight.scripted.server import ScriptedUpstream, first_calls_reach
+from relight.scripted import ScriptedUpstream, first_calls_reach
 from relight_testing.agents import CALLS, three_calls
 from relight_testing.algorithms import RecordingAlgorithm
 from relight_testing.postgres import PostgresServer, postgres_unavailable

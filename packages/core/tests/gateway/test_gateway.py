@@ -16,7 +16,7 @@ from relight import semconv
 from relight.gateway import Gateway
 from relight.gateway.app import sse_response
 from relight.records import RolloutRequest, Span
-from relight.scripted.server import (
+from relight.scripted import (
     Reply,
     ScriptedUpstream,
     ScriptError,

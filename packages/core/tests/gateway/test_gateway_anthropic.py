@@ -12,7 +12,7 @@ import pytest
 from relight import semconv
 from relight.gateway import Gateway
 from relight.records import RolloutRequest, Span
-from relight.scripted.server import Reply, ScriptedUpstream, ToolCall, encode, render_prompt, turns
+from relight.scripted import Reply, ScriptedUpstream, ToolCall, encode, render_prompt, turns
 from relight.stores.memory import InMemoryStore
 from relight.tracing.context import AttemptRef
 

@@ -17,7 +17,7 @@ from relight import semconv
 from relight.gateway import Gateway
 from relight.gateway.overflow import overflow_of
 from relight.records import AttemptStatus, RolloutRequest, Span
-from relight.scripted.server import Reply, ScriptedUpstream, ScriptRequest, ToolCall
+from relight.scripted import Reply, ScriptedUpstream, ScriptRequest, ToolCall
 from relight.stores.memory import InMemoryStore
 from relight.tracing.context import AttemptRef
 from relight.training.dev_report import dev_result, dev_table

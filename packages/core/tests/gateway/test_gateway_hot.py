@@ -12,7 +12,7 @@ import pytest
 
 from relight.gateway import Gateway
 from relight.records import RolloutRequest
-from relight.scripted.server import ScriptedUpstream
+from relight.scripted import ScriptedUpstream
 from relight.stores.memory import InMemoryStore
 
 CHAT: Any = {"model": "scripted", "messages": [{"role": "user", "content": "hello"}]}

@@ -20,7 +20,7 @@ from relight.agent import LLM
 from relight.gateway import Gateway
 from relight.harness import CliHarness, HarnessError, run_cli
 from relight.records import RolloutRequest, Span
-from relight.scripted.server import ScriptedUpstream
+from relight.scripted import ScriptedUpstream
 from relight.stores.memory import InMemoryStore
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from relight._internal.http import HttpClient
 from relight.gateway import OpenAIUpstream, UpstreamError
-from relight.scripted.server import ScriptedUpstream
+from relight.scripted import ScriptedUpstream
 from relight_testing.faults import DroppingProxy
 
 CHAT = {"model": "scripted", "messages": [{"role": "user", "content": "hello"}]}

@@ -29,7 +29,7 @@ from relight.dashboard.detail import rollout_detail
 from relight.errors import ConfigError, NotFoundError
 from relight.records import Rollout, Span, SpanKind
 from relight.rewards import GroupReward, Judge, JudgeReplyError, group_reward, parse_reply, rank_rewards, render_rollout
-from relight.scripted.server import ScriptedUpstream, ScriptRequest
+from relight.scripted import ScriptedUpstream, ScriptRequest
 from relight.stores.memory import InMemoryStore
 from relight.stores.sqlite import SqliteStore
 from relight.transitions.builder import TransitionBuilder, last_attempt_spans

@@ -9,7 +9,7 @@ import pytest
 from relight.errors import ConfigError
 from relight.records import AttemptStatus, RolloutRequest, RolloutStatus, SpanKind
 from relight.runners.ray_actors import RayRunners, agent_path, reachable
-from relight.scripted.server import first_calls_reach
+from relight.scripted import first_calls_reach
 from relight_testing.agents import CALLS, three_calls
 from relight_testing.runners import Shared
 

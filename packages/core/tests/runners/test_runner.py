@@ -17,7 +17,7 @@ from relight.agent import LLM, Agent
 from relight.gateway import Gateway
 from relight.records import AttemptStatus, Rollout, RolloutRequest, RolloutStatus, Span, SpanKind
 from relight.runners.runner import Runner
-from relight.scripted.server import ScriptedUpstream
+from relight.scripted import ScriptedUpstream
 from relight.stores.memory import InMemoryStore
 from relight.tracing.context import current_attempt
 from relight.training.trainer import Trainer

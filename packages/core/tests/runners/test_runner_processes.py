@@ -4,7 +4,7 @@ import asyncio
 
 from relight import semconv
 from relight.records import AttemptStatus, RolloutStatus, SpanKind
-from relight.scripted.server import first_calls_reach
+from relight.scripted import first_calls_reach
 from relight.transitions.builder import TransitionBuilder
 from relight_testing.agents import CALLS
 from relight_testing.runners import Shared

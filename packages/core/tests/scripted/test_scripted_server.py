@@ -6,7 +6,7 @@ import httpx
 import openai
 import pytest
 
-from relight.scripted.server import (
+from relight.scripted import (
     Reply,
     ScriptedUpstream,
     ScriptError,

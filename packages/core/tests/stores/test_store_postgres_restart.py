@@ -12,7 +12,7 @@ from relight.agent import LLM
 from relight.gateway import Gateway
 from relight.records import AttemptStatus, RolloutRequest, RolloutStatus, SpanKind
 from relight.runners.runner import Runner
-from relight.scripted.server import ScriptedUpstream
+from relight.scripted import ScriptedUpstream
 from relight_testing.postgres import PostgresServer, postgres_unavailable
 
 _UNAVAILABLE = postgres_unavailable()

@@ -22,7 +22,7 @@ from rich.console import Console
 from relight import Trainer
 from relight.agent import LLM, rollout
 from relight.records import Mode, RolloutStatus, Transition
-from relight.scripted.server import ScriptedUpstream
+from relight.scripted import ScriptedUpstream
 from relight.stores.memory import InMemoryStore
 from relight.transitions.builder import last_attempt_spans
 from relight.transitions.drops import DropReason, dropped_reason

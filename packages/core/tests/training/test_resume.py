@@ -21,7 +21,7 @@ from relight import Trainer
 from relight.errors import ConfigError
 from relight.gateway.record import random_hex
 from relight.records import Mode, RolloutRequest, Transition
-from relight.scripted.server import ScriptedUpstream
+from relight.scripted import ScriptedUpstream
 from relight.stores.memory import InMemoryStore
 from relight.tracing.hook_failures import hook_failures
 from relight.training.resume import Checkpoints

@@ -19,7 +19,7 @@ from relight import Trainer
 from relight.agent import LLM, rollout
 from relight.errors import ConfigError
 from relight.records import RolloutStatus
-from relight.scripted.server import ScriptedUpstream
+from relight.scripted import ScriptedUpstream
 from relight.stores.memory import InMemoryStore
 from relight.tracing.roles import end_role_span, start_role_span
 from relight.transitions.builder import TransitionBuilder

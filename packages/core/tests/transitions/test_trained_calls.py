@@ -16,7 +16,7 @@ from relight import Trainer
 from relight.agent import LLM, rollout
 from relight.dashboard.detail import rollout_detail
 from relight.records import RolloutRequest, Transition
-from relight.scripted.server import ScriptedUpstream
+from relight.scripted import ScriptedUpstream
 from relight.stores.memory import InMemoryStore
 from relight.tracing.hook_failures import hook_failures
 from relight.tracing.roles import end_role_span, start_role_span

@@ -7,7 +7,7 @@ handle, and which roles one run's LLM calls belong to::
 
     import pytest
     from relight_testing.adapters import AdapterConformance
-    from relight.scripted.server import by_system_prompt, turns
+    from relight.scripted import by_system_prompt, turns
     from relight_myframework import MyFrameworkAdapter
 
     class TestMyFrameworkConformance(AdapterConformance):
@@ -67,7 +67,7 @@ from relight import semconv
 from relight.agent import LLM, Agent, FunctionAgent
 from relight.plugins import registry
 from relight.records import Rollout, RolloutStatus, Span, SpanKind, Transition
-from relight.scripted.server import Script, ScriptedUpstream, Served, decode
+from relight.scripted import Script, ScriptedUpstream, Served, decode
 from relight.stores.memory import InMemoryStore
 from relight.tracing import hook_failures as guard
 from relight.tracing import otel as tracing

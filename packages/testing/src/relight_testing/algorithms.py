@@ -10,7 +10,7 @@ from pydantic import JsonValue
 
 from relight.algorithm import UpstreamTarget
 from relight.records import Transition
-from relight.scripted.server import ScriptedUpstream
+from relight.scripted import ScriptedUpstream
 
 __all__ = ["RecordingAlgorithm"]
 

@@ -18,7 +18,7 @@ from relight._internal.server import AsgiServer
 from relight.gateway import Gateway
 from relight.records import Rollout, RolloutRequest
 from relight.runners.processes import RunnerProcesses
-from relight.scripted.server import ScriptedUpstream
+from relight.scripted import ScriptedUpstream
 from relight.stores.http.server import create_app
 from relight.stores.memory import InMemoryStore
 from relight_testing.agents import three_calls

@@ -45,7 +45,7 @@ import relight
 from relight import semconv
 from relight.agent import Agent
 from relight.records import Mode, RolloutStatus, SpanKind, Transition
-from relight.scripted.server import Script, ScriptedUpstream
+from relight.scripted import Script, ScriptedUpstream
 from relight.store import Store
 from relight.transitions.builder import RoleFilter, TransitionBuilder
 from relight_torch.engine import TorchEngine

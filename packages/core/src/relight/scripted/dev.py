@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from pydantic import JsonValue
 
 from relight.agent import Agent
-from relight.scripted.server import Script, ScriptedUpstream
+from relight.scripted.scripts import Script
+from relight.scripted.server import ScriptedUpstream
 from relight.training.trainer import DevResult, Trainer
 
 __all__ = ["run_dev_example"]

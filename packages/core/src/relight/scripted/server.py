@@ -7,7 +7,7 @@ Token ids are known in advance: one id per character (its code point), so a test
 any reply must have been, and :attr:`ScriptedUpstream.served` keeps every reply as sent.
 
 A script is any callable from a :class:`ScriptRequest` to a :class:`Reply` (or a plain string;
-both live in :mod:`relight.scripted.scripts` and are importable from here too)::
+both live in :mod:`relight.scripted.scripts`; import them from :mod:`relight.scripted`)::
 
     script = by_system_prompt({
         "researcher": turns(Reply(tool_calls=[ToolCall("search", {"q": "otters"})]), "Otters hold hands."),
@@ -46,34 +46,13 @@ from relight.scripted.scripts import (
     Script,
     ScriptError,
     ScriptRequest,
-    ToolCall,
-    by_system_prompt,
-    decode,
     echo,
     encode,
     logprob_of,
-    render_prompt,
     render_tool_call,
-    turns,
 )
 
-__all__ = [
-    "Reply",
-    "Script",
-    "ScriptError",
-    "ScriptRequest",
-    "ScriptedUpstream",
-    "Served",
-    "ToolCall",
-    "by_system_prompt",
-    "decode",
-    "echo",
-    "encode",
-    "first_calls_reach",
-    "logprob_of",
-    "render_prompt",
-    "turns",
-]
+__all__ = ["ScriptedUpstream", "Served", "first_calls_reach"]
 
 
 @dataclass(frozen=True, slots=True)
