@@ -19,7 +19,7 @@ from relight import semconv
 from relight.records import Attempt, Span, SpanKind
 from relight.store import Store
 from relight.transitions.builder import TransitionBuilder, episode_return
-from relight.transitions.trained_calls import TrainedCall, trained_calls
+from relight.transitions.trained_calls import TRAINED_SPAN, TrainedCall, trained_calls
 from relight.transitions.verdicts import CallVerdict
 
 __all__ = ["Decoder", "rollout_detail"]
@@ -54,11 +54,15 @@ async def rollout_detail(
 
 
 def _annotations(spans: Iterable[Span]) -> list[dict[str, object]]:
-    """The last attempt's annotations (a judge's verdict and reasons, the final answer), in the order recorded."""
+    """The last attempt's annotations (a judge's verdict and reasons, the final answer), in the order recorded.
+
+    The trainer's own record of which calls an update trained on is an annotation too; the page shows it
+    on each call (its ``trained`` column), so it is not listed again here.
+    """
     return [
         {"name": span.name, "payload": _parsed(span.attributes.get(semconv.ANNOTATION))}
         for span in sorted(spans, key=lambda s: (s.start_time, s.sequence_id or 0))
-        if span.kind is SpanKind.ANNOTATION
+        if span.kind is SpanKind.ANNOTATION and span.name != TRAINED_SPAN
     ]
 
 
