@@ -8,13 +8,16 @@ import httpx
 import pytest
 
 from relight import open_store
+from relight._internal.retry import RetryPolicy
+from relight._internal.server import AsgiServer
 from relight.errors import ConfigError, StoreError
 from relight.records import Attempt, AttemptStatus, Mode, Rollout, RolloutRequest, RolloutStatus
 from relight.store import DEFAULT_LEASE_SECONDS, Store
 from relight.stores.http import HttpStore
-from relight.stores.http.server import check_exposure, running_server
+from relight.stores.http.server import check_exposure, create_app, running_server
 from relight.stores.memory import InMemoryStore
 from relight.stores.sqlite import SqliteStore
+from relight_testing.faults import DroppingProxy
 from relight_testing.store import SETTLE, ManualClock, StoreConformance, make_span
 
 
@@ -220,3 +223,53 @@ async def test_open_store_by_url(tmp_path: Path) -> None:
             await http.close()
     assert isinstance(memory, Store)
     assert isinstance(sqlite, Store)
+
+
+async def test_bad_records_get_4xx_in_the_apis_shape_and_store_nothing() -> None:
+    store = InMemoryStore()
+    await store.enqueue([RolloutRequest(input="a runner's task", rollout_id="ro-taken")])
+    good = {"input": {"trace": "t"}, "rollout_id": "ro-new"}
+    with running_server(store) as url:
+        async with httpx.AsyncClient(base_url=url) as raw:
+            no_worker = await raw.post("/v1/rollouts/recorded", json={"requests": [good]})
+            empty_worker = await raw.post("/v1/rollouts/recorded", json={"requests": [good], "worker_id": ""})
+            bad_request = await raw.post(
+                "/v1/rollouts/recorded", json={"requests": [{**good, "max_attempts": 0}], "worker_id": "importer"}
+            )
+            bad_lease = await raw.post(
+                "/v1/rollouts/recorded", json={"requests": [good], "worker_id": "importer", "lease_seconds": 0}
+            )
+            taken = await raw.post(
+                "/v1/rollouts/recorded",
+                json={"requests": [good, {"input": None, "rollout_id": "ro-taken"}], "worker_id": "importer"},
+            )
+            rollouts = await raw.get("/v1/rollouts")
+    for reply, field in (
+        (no_worker, "body.worker_id"),
+        (empty_worker, "body.worker_id"),
+        (bad_request, "body.requests.0.max_attempts"),
+    ):
+        assert (reply.status_code, reply.json()["error"]) == (422, "ValidationError")
+        assert field in reply.json()["detail"]
+    assert (bad_lease.status_code, bad_lease.json()["error"]) == (422, "ConfigError")
+    assert "lease_seconds" in bad_lease.json()["detail"]
+    assert (taken.status_code, taken.json()["error"]) == (409, "InvalidStateError")
+    assert "ro-taken" in taken.json()["detail"]
+    assert [rollout["rollout_id"] for rollout in rollouts.json()] == ["ro-taken"]
+
+
+async def test_a_record_whose_reply_is_lost_is_recorded_once() -> None:
+    store = InMemoryStore()
+    async with AsgiServer(create_app(store)) as server, DroppingProxy(server.url) as proxy:
+        proxy.drop("/v1/rollouts/recorded", when="after")
+        client = HttpStore(proxy.url, retry=RetryPolicy(base_seconds=0.01))
+        try:
+            ((rollout, attempt),) = await client.record_rollouts(
+                [RolloutRequest(input={"trace": "t"})], worker_id="importer"
+            )
+        finally:
+            await client.close()
+        assert proxy.dropped["/v1/rollouts/recorded"] == 1
+        assert await store.list_rollouts() == [rollout]
+        assert await store.list_attempts(rollout.rollout_id) == [attempt]
+        assert attempt.worker_id == "importer"
