@@ -7,7 +7,7 @@ import json
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 
 import httpx
@@ -24,7 +24,8 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from relight import open_store
 from relight._internal.server import AsgiServer
 from relight.otlp import ImportOptions, create_otlp_app
-from relight.records import AttemptStatus, RolloutRequest, RolloutStatus, SpanKind
+from relight.records import Attempt, AttemptStatus, Rollout, RolloutRequest, RolloutStatus, SpanKind
+from relight.store import DEFAULT_LEASE_SECONDS
 from relight.stores.http import HttpStore
 from relight.stores.http.server import running_server
 from relight.stores.memory import InMemoryStore
@@ -345,3 +346,44 @@ def test_a_span_sent_again_is_stored_once_and_a_changed_one_is_refused(
     response = _post(server, changed.SerializeToString(), "application/x-protobuf")
     assert response.status_code == 400
     assert server.call(store.stats()).spans == 1
+
+
+class _AnotherReceiverFirst(InMemoryStore):
+    """A store where, once, another receiver's import lands just before this receiver records its rollouts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first: Callable[[], Awaitable[object]] | None = None
+
+    async def record_rollouts(
+        self, requests: Sequence[RolloutRequest], *, worker_id: str, lease_seconds: float = DEFAULT_LEASE_SECONDS
+    ) -> list[tuple[Rollout, Attempt]]:
+        first, self.first = self.first, None
+        if first is not None:
+            await first()
+        return await super().record_rollouts(requests, worker_id=worker_id, lease_seconds=lease_seconds)
+
+
+async def test_two_receivers_importing_one_trace_at_once_make_one_rollout() -> None:
+    store = _AnotherReceiverFirst()
+    ours, theirs = ExportTraceServiceRequest(), ExportTraceServiceRequest()
+    _span(ours, "00f067aa0ba902b7", **LLM_ATTRIBUTES)
+    _span(theirs, "1111111111111111", **LLM_ATTRIBUTES)
+    async with (
+        AsgiServer(create_otlp_app(store)) as one,
+        AsgiServer(create_otlp_app(store)) as other,
+        httpx.AsyncClient(headers={"content-type": "application/x-protobuf"}) as exporter,
+    ):
+        answers: list[httpx.Response] = []
+
+        async def other_receiver_first() -> None:
+            answers.append(await exporter.post(f"{other.url}/v1/traces", content=theirs.SerializeToString()))
+
+        store.first = other_receiver_first
+        answers.append(await exporter.post(f"{one.url}/v1/traces", content=ours.SerializeToString()))
+    assert [answer.status_code for answer in answers] == [200, 200]
+    (rollout,) = await store.list_rollouts()
+    assert (rollout.rollout_id, rollout.status) == (f"otlp-{TRACE}", RolloutStatus.SUCCEEDED)
+    (attempt,) = await store.list_attempts(rollout.rollout_id)
+    spans = await store.query_spans(rollout.rollout_id, attempt.attempt_id)
+    assert [span.span_id for span in spans] == ["1111111111111111", "00f067aa0ba902b7"]

@@ -278,19 +278,29 @@ class TraceImporter:
         """
         async with self._lock:
             groups = self._join_known(map_spans(foreign, self.options))
-            result = ImportResult()
-            existing: dict[str, str] = {}
-            new: list[_Group] = []
-            for group in groups:
-                attempt_id = await self._existing_attempt(group.rollout_id)
-                if attempt_id is not None:
-                    existing[group.rollout_id] = attempt_id
-                elif group.has_llm_call:
-                    new.append(group)
-                else:
-                    result.rejected_spans += len(group.spans)
-            await self._check_no_conflict(groups, existing)
-            existing |= await self._record(new)
+            for last_look in (False, True):
+                result = ImportResult()
+                existing: dict[str, str] = {}
+                new: list[_Group] = []
+                for group in groups:
+                    attempt_id = await self._existing_attempt(group.rollout_id)
+                    if attempt_id is not None:
+                        existing[group.rollout_id] = attempt_id
+                    elif group.has_llm_call:
+                        new.append(group)
+                    else:
+                        result.rejected_spans += len(group.spans)
+                await self._check_no_conflict(groups, existing)
+                try:
+                    existing |= await self._record(new)
+                    break
+                except InvalidStateError as error:
+                    # Another client of the store (a second receiver) made one of them since the look:
+                    # nothing was recorded, and a second look joins the spans to what it made.
+                    if last_look:
+                        raise TraceConflictError(
+                            f"{error}: another client of the store made it while these traces were being imported"
+                        ) from error
             spans = [
                 span.model_copy(update={"attempt_id": existing[group.rollout_id]})
                 for group in groups
@@ -374,7 +384,11 @@ class TraceImporter:
         return attempts[-1].attempt_id
 
     async def _record(self, groups: Sequence[_Group]) -> dict[str, str]:
-        """Record the new rollouts as run by the importer, never queued: their attempts, by rollout id."""
+        """Record the new rollouts as run by the importer, never queued: their attempts, by rollout id.
+
+        Raises:
+            InvalidStateError: one of them exists already; nothing was recorded.
+        """
         if not groups:
             return {}
         requests = [
@@ -388,12 +402,7 @@ class TraceImporter:
             )
             for group in groups
         ]
-        try:
-            recorded = await self.store.record_rollouts(requests, worker_id=IMPORT_WORKER)
-        except InvalidStateError as error:  # made meanwhile by another client of the store; nothing was recorded
-            raise TraceConflictError(
-                f"{error}: another client of the store made it while these traces were being imported"
-            ) from error
+        recorded = await self.store.record_rollouts(requests, worker_id=IMPORT_WORKER)
         return {rollout.rollout_id: attempt.attempt_id for rollout, attempt in recorded}
 
     async def _finish(self, groups: Sequence[_Group], attempts: dict[str, str]) -> None:
