@@ -9,9 +9,9 @@ encoding (its ``partial_success`` counting spans of traces that held no LLM call
 (checked on the declared length, while reading, and after decompression); 415 for an unknown
 content type; 401 without the bearer token when one is set; 409 when a trace's rollout id is taken
 by a rollout the importer did not make (:class:`relight.otlp.importer.TraceConflictError`); 503 when
-the store is unavailable, which exporters retry. The store may be one runners share: imported
-rollouts are recorded beside its queue, never claimed from it. A
-request is decoded and checked whole before the store is touched, so a bad one leaves nothing behind.
+the store is unavailable, which exporters retry. A request is decoded and checked whole before the
+store is touched, so a bad one leaves nothing behind. The store may be one runners share: imported
+rollouts are recorded beside its queue, never claimed from it.
 """
 
 from __future__ import annotations
