@@ -1,7 +1,7 @@
 import asyncio
 import logging
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import httpx
@@ -273,3 +273,44 @@ async def test_a_record_whose_reply_is_lost_is_recorded_once() -> None:
         assert await store.list_rollouts() == [rollout]
         assert await store.list_attempts(rollout.rollout_id) == [attempt]
         assert attempt.worker_id == "importer"
+
+
+class _RecordsSeen(InMemoryStore):
+    """Tells the test, on the server's loop, that a record has reached the store."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.recorded = asyncio.Event()
+
+    async def record_rollouts(
+        self, requests: Sequence[RolloutRequest], *, worker_id: str, lease_seconds: float = DEFAULT_LEASE_SECONDS
+    ) -> list[tuple[Rollout, Attempt]]:
+        recorded = await super().record_rollouts(requests, worker_id=worker_id, lease_seconds=lease_seconds)
+        self.recorded.set()
+        return recorded
+
+
+async def test_a_record_retried_on_a_restarted_server_finds_what_it_recorded() -> None:
+    """The reply is lost and the server restarts before the retry, so no request id saves it: the client
+    recognises its own rollouts in the conflict instead of failing."""
+    store = _RecordsSeen()
+    first = AsgiServer(create_app(store))
+    await first.start()
+    port = int(first.url.rsplit(":", 1)[1])
+    async with DroppingProxy(first.url) as proxy:
+        proxy.drop("/v1/rollouts/recorded", when="after")
+        client = HttpStore(proxy.url, retry=RetryPolicy(attempts=30, base_seconds=0.05, cap_seconds=0.5))
+        try:
+            recording = asyncio.create_task(
+                client.record_rollouts([RolloutRequest(input={"trace": "t"})], worker_id="importer")
+            )
+            await asyncio.wait_for(store.recorded.wait(), SETTLE)
+            await first.stop()  # the retry finds no server until the restarted one listens
+            async with AsgiServer(create_app(store), port=port):
+                ((rollout, attempt),) = await asyncio.wait_for(recording, SETTLE)
+        finally:
+            await client.close()
+        assert proxy.dropped["/v1/rollouts/recorded"] == 1
+        assert proxy.requests["/v1/rollouts/recorded"] >= 2
+    assert await store.list_rollouts() == [rollout]
+    assert await store.list_attempts(rollout.rollout_id) == [attempt]
