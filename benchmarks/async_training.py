@@ -151,6 +151,7 @@ async def _fit(
 ) -> dict[str, Any]:
     """Train ``algorithm`` through ``relight.Trainer`` and measure it; ``updates`` fills with each update's end."""
     cpu, own = _cpu_seconds(), _cpu_seconds(children=False)
+    first_version = algorithm.policy_version
     store = relight.open_store(f"sqlite:///{store_path}")
     in_flight = recipe.tasks_per_iteration * recipe.samples_per_task * ((max_staleness or 0) + 1)
     trainer = relight.Trainer(
@@ -191,7 +192,7 @@ async def _fit(
         "benchmark": "async_training",
         "mode": "sync" if max_staleness is None else f"k={max_staleness}",
         "updates": len(steps),
-        "updates_applied": len(updates),
+        "versions_pushed": algorithm.policy_version - first_version,
         "samples": samples,
         "wall_s": round(wall, 2),
         "samples_per_s": round(samples / wall, 2),
@@ -283,7 +284,7 @@ def main() -> None:
         samples_per_task=args.samples,
         sft_steps=args.sft_steps,
         eval_tasks=args.eval_tasks,
-        lr=args.lr or (1e-4 if args.engine == "vllm" else Recipe.lr),
+        lr=args.lr or (1e-4 if args.engine == "vllm" else Recipe().lr),
     )
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as scratch, contextlib.ExitStack() as stack:
