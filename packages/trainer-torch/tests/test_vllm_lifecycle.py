@@ -35,13 +35,13 @@ def _open_pidfds(pids: list[int]) -> dict[int, int]:
 
 def _wait_all_gone(pidfds: dict[int, int], timeout: float) -> list[int]:
     """Wait until every process ends (its pidfd becomes readable); the pids still running at the timeout."""
-    waiting = dict(pidfds)
+    waiting: dict[int, int] = dict(pidfds)
     try:
         while waiting:
-            ready, _, _ = select.select(list(waiting.values()), [], [], timeout)
-            if not ready:
+            readable: list[int] = select.select(list(waiting.values()), [], [], timeout)[0]
+            if not readable:
                 break
-            waiting = {pid: fd for pid, fd in waiting.items() if fd not in ready}
+            waiting = {pid: fd for pid, fd in waiting.items() if fd not in readable}
         return sorted(waiting)
     finally:
         for fd in pidfds.values():
