@@ -90,8 +90,9 @@ def _one_call(task: dict[str, str], llm: relight.LLM) -> float:
     return 1.0
 
 
+@pytest.mark.parametrize("max_staleness", [None, 1])
 async def test_a_fit_shows_each_policy_in_its_metrics_run_folder_dashboard_and_show(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], max_staleness: int | None
 ) -> None:
     """Each call routed to its role's policy; metrics, the run folder, the dashboard and ``relight show`` per policy."""
     store_path = tmp_path / "store.db"
@@ -103,6 +104,7 @@ async def test_a_fit_shows_each_policy_in_its_metrics_run_folder_dashboard_and_s
             policies={**POLICIES, "planner": relight.Policy("^plan$", frozen=True)},
             batch_size=2,
             n_samples=1,
+            max_staleness=max_staleness,
             run_dir=tmp_path / "run",
             console=Console(file=io.StringIO()),
         )
