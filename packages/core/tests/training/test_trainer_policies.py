@@ -17,6 +17,7 @@ from relight.errors import ConfigError
 from relight.plugins import open_store
 from relight.scripted import ScriptedUpstream
 from relight.stores.memory import InMemoryStore
+from relight.training.resume import RunIdentity, RunRecord
 from relight.transitions.builder import TransitionBuilder
 from relight.transitions.run_config import POLICY_METRICS_ITEM, POLICY_VERSIONS_ITEM, TRANSITIONS_ITEM
 from relight_testing.agents import calls_by_role
@@ -139,3 +140,26 @@ async def test_a_fit_shows_each_policy_in_its_metrics_run_folder_dashboard_and_s
     assert "served by the base model (role unknown when it arrived)" in out
     assert "policy writer trained" in out.replace("\u2502", "").replace("  ", " ")
     assert "not trained: frozen policy" in out
+
+
+async def test_a_run_resumed_with_other_policies_is_refused_naming_them(tmp_path: Path) -> None:
+    async with ScriptedUpstream() as upstream:
+        algorithm = PoliciesRecordingAlgorithm(upstream)
+        first = RunIdentity.of(
+            _one_call, algorithm, batch_size=1, n_samples=1, epochs=1, max_staleness=None, tasks=[], policies=None
+        )
+        again = RunIdentity.of(
+            _one_call,
+            algorithm,
+            batch_size=1,
+            n_samples=1,
+            epochs=1,
+            max_staleness=None,
+            tasks=[],
+            policies={"writer": relight.Policy("write", frozen=True)},
+        )
+    RunRecord.open(tmp_path, first)
+    with pytest.raises(
+        ConfigError, match=r"policies \(None when the run started, \{'writer': \"'write' frozen\"\} now\)"
+    ):
+        RunRecord.open(tmp_path, again)

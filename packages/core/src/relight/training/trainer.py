@@ -261,6 +261,7 @@ class Trainer:
             epochs=options.epochs,
             max_staleness=options.max_staleness,
             tasks=train_dataset,
+            policies=self.policies,
         )
         record = RunRecord.open(run.path, identity)
         store_url = options.store if options.store is not None else run.store_url
