@@ -59,3 +59,10 @@ def test_a_checkpoint_loaded_before_start_is_resumed_by_verls_own_resume_path(tm
     assert f"trainer.resume_from_path='{checkpoint / 'global_step_3'}'" in overrides
     with pytest.raises(FileNotFoundError, match="neither a global_step_N checkpoint"):
         algorithm.load(tmp_path / "empty")
+
+
+def test_several_policies_are_refused_with_the_reason() -> None:
+    """verl 0.9 trains and serves one policy per run (README, "Several policies, one per role")."""
+    algorithm = VerlAlgorithm(model="m")
+    with pytest.raises(TypeError, match=r"one policy, not 2 \(writer, checker\).*max_loras=1"):
+        algorithm.set_policies({"writer": "write", "checker": "check"})
