@@ -8,16 +8,21 @@ until the check passes or ``MAX_TURNS`` rewrites are spent (the last rewrite is 
 checked: no verdict could change it; a rewrite with no SQL in it keeps the query it was given).
 The reward is execution match: 1.0 when the final query returns what the gold query returns.
 
-Only the writer and the rewriter are trained; the checker is left alone
-(``TransitionBuilder(roles="write_query|rewrite_query")``). The relight-specific lines are
-``relight.instrument("langgraph")``, the model's ``base_url``/``api_key``/``model`` taken from
-the ``llm`` handle, and the returned reward.
+Trained as one policy, only the writer and the rewriter learn and the checker is left alone
+(``TransitionBuilder(roles="write_query|rewrite_query")``). Trained as two policies
+(``relight.Trainer(policies=POLICIES)``), the checker is a policy of its own, with a reward of its
+own: 1.0 when its verdict (passed or not) matches whether the query it checked returns the gold
+rows, emitted for its role (``relight.emit_reward(..., role="check_query")``), so that the writer's
+reward stays the execution match. The relight-specific lines are ``relight.instrument("langgraph")``,
+the model's ``base_url``/``api_key``/``model`` taken from the ``llm`` handle, the returned reward
+and the checker's emitted one.
 
 Commands (see README.md)::
 
     python examples/sql_agent/sql_agent.py                       # dev mode, scripted model, offline
     python examples/sql_agent/sql_agent.py --base-url URL --model NAME   # dev mode, any endpoint
     python examples/sql_agent/sql_train.py --out runs/sql        # RL on the CPU with SmolLM2-135M
+    python examples/sql_agent/sql_train.py --out runs/sql2 --policies 2   # writer and checker, two policies
 """
 
 from __future__ import annotations
@@ -38,6 +43,11 @@ import relight
 MAX_TURNS = 2
 """Rewrites allowed after the first query (a task's ``max_turns`` overrides it)."""
 TRAINED_ROLES = "write_query|rewrite_query"
+CHECKER_ROLE = "check_query"
+POLICIES = {"writer": TRAINED_ROLES, "checker": CHECKER_ROLE}
+"""The two policies of ``--policies 2``: the writer and rewriter share one, the checker has its own."""
+CHECKER_REWARD = "checker"
+"""The name of the checker's own reward (its verdicts' accuracy), emitted for its role."""
 CORRECT = "THE QUERY IS CORRECT"
 
 WRITE_PROMPT = (
@@ -64,6 +74,8 @@ class State(TypedDict, total=False):
     result: str
     feedback: str
     turns: int
+    checks: list[tuple[str, bool]]
+    """Each query the checker saw, with whether it passed it."""
 
 
 def extract_query(text: str) -> str:
@@ -112,7 +124,7 @@ def build_graph(model: ChatOpenAI, db_path: str, *, max_turns: int = MAX_TURNS) 
             f"Query:\n{state['query']}",
             f"Result:\n{state['result'][:600]}",
         )
-        return {"feedback": reply}
+        return {"feedback": reply, "checks": [*state.get("checks", []), (state["query"], passed(reply))]}
 
     def rewrite_query(state: State) -> State:
         reply = ask(
@@ -130,7 +142,7 @@ def build_graph(model: ChatOpenAI, db_path: str, *, max_turns: int = MAX_TURNS) 
         return "check_query" if state.get("turns", 0) < max_turns else END
 
     def after_check(state: State) -> str:
-        return END if CORRECT in state.get("feedback", "").upper() else "rewrite_query"
+        return END if passed(state.get("feedback", "")) else "rewrite_query"
 
     graph = StateGraph(State)
     for node in (write_query, execute_query, check_query, rewrite_query):
@@ -141,6 +153,19 @@ def build_graph(model: ChatOpenAI, db_path: str, *, max_turns: int = MAX_TURNS) 
     graph.add_conditional_edges("check_query", after_check, ["rewrite_query", END])
     graph.add_edge("rewrite_query", "execute_query")
     return graph.compile()
+
+
+def passed(feedback: str) -> bool:
+    """The checker's verdict: whether its reply passes the query."""
+    return CORRECT in feedback.upper()
+
+
+def verdict_accuracy(db_path: str, gold: str, checks: list[tuple[str, bool]]) -> float | None:
+    """The share of the checker's verdicts that match whether the query it checked returns the gold rows."""
+    if not checks:
+        return None
+    right = [verdict == execution_match(db_path, query, gold) for query, verdict in checks]
+    return sum(right) / len(right)
 
 
 def chat_model(llm: Any, *, temperature: float = 1.0) -> ChatOpenAI:
@@ -159,6 +184,9 @@ async def answer(task: dict[str, Any], llm: Any) -> float:
     model = chat_model(llm, temperature=task.get("temperature", 1.0))
     graph = build_graph(model, task["db_path"], max_turns=task.get("max_turns", MAX_TURNS))
     state = await graph.ainvoke({"question": task["question"], "schema": schema(task["db_path"])})
+    accuracy = verdict_accuracy(task["db_path"], task["query"], state.get("checks", []))
+    if accuracy is not None:
+        relight.emit_reward(accuracy, name=CHECKER_REWARD, role=CHECKER_ROLE)
     return 1.0 if execution_match(task["db_path"], state["query"], task["query"]) else 0.0
 
 

@@ -67,6 +67,9 @@ class LoraOptions:
     alpha: int = 32
     dropout: float = 0.0
     target_modules: Sequence[str] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    layers: Sequence[int] | None = None
+    """The decoder layers that get adapters (peft's ``layers_to_transform``); None: every layer. On a CPU
+    the top few are the affordable choice: the layers below them then run forward only in an update."""
 
     def config(self) -> Any:
         """peft's ``LoraConfig`` for these options."""
@@ -79,6 +82,7 @@ class LoraOptions:
             lora_alpha=self.alpha,
             lora_dropout=self.dropout,
             target_modules=list(self.target_modules),
+            layers_to_transform=list(self.layers) if self.layers is not None else None,
             task_type="CAUSAL_LM",
         )
 
