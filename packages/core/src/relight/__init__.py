@@ -17,6 +17,7 @@ from relight.errors import (
 )
 from relight.hookspecs import hookimpl
 from relight.plugins import open_store, plugin_manager
+from relight.policies import Policy
 from relight.records import (
     Attempt,
     AttemptStatus,
@@ -54,6 +55,7 @@ __all__ = [
     "Mode",
     "NotFoundError",
     "PluginError",
+    "Policy",
     "RelightError",
     "Resources",
     "Rollout",

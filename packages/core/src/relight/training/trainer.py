@@ -26,11 +26,11 @@ import asyncio
 import os
 import statistics
 import time
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import JsonValue
@@ -39,10 +39,11 @@ from rich.console import Console
 from relight._internal import loop as _loop
 from relight._internal.server import AsgiServer
 from relight.agent import Agent
-from relight.algorithm import Algorithm, UpstreamTarget
+from relight.algorithm import Algorithm, UpstreamTarget, policy_versions
 from relight.errors import ConfigError, NotFoundError
 from relight.gateway import Gateway, OpenAIUpstream, Upstream
 from relight.plugins import open_store
+from relight.policies import Policy
 from relight.records import Mode, Resources, Rollout, RolloutRequest, RolloutStatus
 from relight.rewards.group import GroupReward, GroupRewards
 from relight.runners.group import RunnerGroup
@@ -60,8 +61,8 @@ from relight.training.resume import Checkpoints, RunIdentity, RunRecord
 from relight.training.role_check import RoleCheck
 from relight.training.run_folder import RunFolder, default_run_dir
 from relight.training.sync_loop import SyncTraining
-from relight.transitions.builder import TransitionBuilder, episode_return, last_attempt_spans
-from relight.transitions.run_config import TRANSITIONS_ITEM, describe
+from relight.transitions.builder import PolicyMap, TransitionBuilder, episode_return, last_attempt_spans
+from relight.transitions.run_config import POLICY_VERSIONS_ITEM, TRANSITIONS_ITEM, describe
 
 __all__ = ["DEV_MAX_TOKENS", "DEV_TIMEOUT", "DevResult", "GatewayOptions", "Trainer", "TrainerOptions"]
 
@@ -103,6 +104,13 @@ class Trainer:
         epochs: passes over the training tasks.
         val_every: validate every this many steps (and before and after training); None: only after.
         transitions: how rollouts become transitions (role filter, credit, groups).
+        policies: several policies in one run, one per role (see :mod:`relight.policies`): each name maps
+            to a :class:`relight.Policy` or to its roles as a role filter takes them
+            (``{"writer": "write_query|rewrite_query", "checker": "check_query"}``). The gateway serves each
+            call by its role's policy, and each transition names the policy that trains it; a role no
+            policy names is served by the base model and not trained. The algorithm learns them
+            through its ``set_policies(policies)`` before it serves; one without that method cannot
+            train several policies (TypeError).
         max_attempts: tries per rollout before it fails.
         timeout: seconds one attempt may run; None for no limit.
         lease_seconds: how long an attempt stays a runner's without a heartbeat; a runner that dies
@@ -148,6 +156,7 @@ class Trainer:
         epochs: int = 1,
         val_every: int | None = None,
         transitions: TransitionBuilder | None = None,
+        policies: PolicyMap | None = None,
         max_attempts: int = 3,
         timeout: float | None = None,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
@@ -176,7 +185,7 @@ class Trainer:
             n_samples=n_samples,
             epochs=epochs,
             val_every=val_every,
-            transitions=transitions or TransitionBuilder(),
+            transitions=_with_policies(transitions or TransitionBuilder(), policies),
             max_attempts=max_attempts,
             timeout=timeout,
             lease_seconds=lease_seconds,
@@ -194,9 +203,21 @@ class Trainer:
             group_rewards=tuple(group_rewards),
         )
         GroupRewards(self.options.group_rewards)  # distinct names, checked now rather than at the first step
+        if algorithm is not None and self.policies is not None:
+            _policy_setter(algorithm)  # an algorithm that cannot train several policies is refused now
         self.console = console or Console()
         self.progress = RunProgress(self.console, every=progress_every)
         self._role_check: RoleCheck | None = None
+
+    @property
+    def policies(self) -> Mapping[str, Policy] | None:
+        """The run's policies by name (see :mod:`relight.policies`); None for a run of one policy."""
+        return self.options.transitions.policies
+
+    def _tell_policies(self, algorithm: Algorithm) -> None:
+        """Hand the run's policies to the algorithm before it serves (and before a checkpoint is loaded)."""
+        if self.policies is not None:
+            _policy_setter(algorithm)(dict(self.policies))
 
     # -- fit --------------------------------------------------------------------------------------
 
@@ -246,8 +267,9 @@ class Trainer:
         for tracker, link in trackers.start(RunInfo(run.path.name, run.path, self._config(algorithm, store_url))):
             self.progress.note(f"relight: {tracker} run at {link}")
         checkpoints = Checkpoints(options.checkpoint_dir or run.checkpoints, warn=self.progress.warn)
-        self._role_check = RoleCheck(options.transitions.roles)
+        self._role_check = RoleCheck(options.transitions.roles, policies=self.policies)
         self.progress.note(f"relight: run folder {run.path}  (store {_named(store_url)})")
+        self._tell_policies(algorithm)
         resume: Resume | None = None
         if record.resumed:
             resume, history = await self._resume(run, checkpoints, algorithm)
@@ -367,6 +389,7 @@ class Trainer:
             "max_attempts": self.options.max_attempts,
             "dynamic_sampling": self.options.dynamic_sampling,
             "roles": str(self.options.transitions.roles) if self.options.transitions.roles is not None else None,
+            "policies": {name: policy.describe() for name, policy in self.policies.items()} if self.policies else None,
         }
 
     def _training(self, loop: _Loop, algorithm: Algorithm, hooks: LoopHooks, run_id: str) -> TrainingLoop:
@@ -435,6 +458,9 @@ class Trainer:
             TRANSITIONS_ITEM: describe(self.options.transitions),
             **algorithm.resources(),
         }
+        versions = policy_versions(algorithm)
+        if versions is not None:
+            items[POLICY_VERSIONS_ITEM] = dict(versions)
         try:
             latest = await loop.store.get_resources()
         except NotFoundError:
@@ -514,6 +540,7 @@ class Trainer:
             key = api_key or os.environ.get("OPENAI_API_KEY")
             upstreams = [OpenAIUpstream(base_url, vllm=vllm, api_key=key)]
         elif self.algorithm is not None:
+            self._tell_policies(self.algorithm)
             upstreams = await asyncio.to_thread(self.algorithm.upstreams)
         else:
             raise ConfigError("dev() needs base_url=<an OpenAI-compatible endpoint> or a Trainer with an algorithm")
@@ -654,6 +681,23 @@ class Trainer:
                     await self._role_check.check(loop.store, rollouts)
                 if all(rollout.is_finished for rollout in rollouts):
                     return rollouts
+
+
+def _with_policies(builder: TransitionBuilder, policies: PolicyMap | None) -> TransitionBuilder:
+    """``builder``, or a copy of it that trains ``policies`` (``Trainer(policies=...)``)."""
+    return builder if policies is None else builder.with_policies(policies)
+
+
+def _policy_setter(algorithm: Algorithm) -> Callable[[dict[str, Policy]], object]:
+    """The algorithm's ``set_policies``. Raises TypeError naming the algorithm when it has none."""
+    setter = getattr(algorithm, "set_policies", None)
+    if not callable(setter):
+        raise TypeError(
+            f"{type(algorithm).__name__} cannot train several policies: it has no set_policies(policies) method. "
+            "Train one policy (leave policies out, or use a role filter: TransitionBuilder(roles=...)), or use an "
+            "algorithm that trains one per role"
+        )
+    return cast(Callable[[dict[str, Policy]], object], setter)
 
 
 def _last_step(run: RunFolder) -> int:
