@@ -45,6 +45,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from relight.algorithm import UpstreamTarget
+from relight.policies import Policy
 from relight.records import Transition
 from relight_torch.grpo import GRPO
 from relight_torch.learner import Learner
@@ -404,10 +405,10 @@ class VLLMGRPO(GRPO):
 
     # -- several policies ------------------------------------------------------------------------
 
-    def set_policies(self, policies: Mapping[str, Any]) -> None:  # type: ignore[override]
-        """Train one LoRA adapter per policy (``relight.Policy`` records by name; a frozen one is served, never
-        trained). Called by ``relight.Trainer(policies=...)`` before the server starts."""
-        self.policy.add_policies({name: bool(getattr(spec, "frozen", False)) for name, spec in policies.items()})
+    def set_policies(self, policies: Mapping[str, Policy]) -> None:  # type: ignore[override]
+        """Train one LoRA adapter per policy (a frozen one is served, never trained). ``relight.Trainer(policies=...)``
+        calls it before the server starts and before a checkpoint is loaded."""
+        self.policy.add_policies({name: policy.frozen for name, policy in policies.items()})
         for name, adapter in self.policy.adapters.items():
             if not adapter.frozen and name not in self.learners:
                 self.learners[name] = Learner(
@@ -472,9 +473,8 @@ class VLLMGRPO(GRPO):
         """Each trained policy's transitions that have response tokens, in order."""
         mine: dict[str, list[Transition]] = {name: [] for name in self.learners}
         for transition in transitions:
-            owner = getattr(transition, "policy", None)
-            if owner in mine and transition.response_token_ids:
-                mine[owner].append(transition)
+            if transition.policy in mine and transition.response_token_ids:
+                mine[transition.policy].append(transition)
         return mine
 
     # -- serving and checkpoints -------------------------------------------------------------------
