@@ -83,8 +83,13 @@ def _served(algorithm: VLLMGRPO) -> set[str]:
 
 
 async def _version_served(algorithm: VLLMGRPO, model: str) -> tuple[int, str]:
+    """The version and model name the upstream answers a call for ``model`` with (as the gateway would ask)."""
     body = {"model": model, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
-    answer = await algorithm.policy.upstream.complete("chat", body)
+    upstream = algorithm.policy.upstream
+    try:
+        answer = await upstream.complete("chat", body)
+    finally:
+        await upstream.aclose()  # its connections belong to this test's event loop
     return answer["policy_version"], answer["model"]
 
 
