@@ -33,6 +33,7 @@ import functools
 import logging
 import os
 import shutil
+import statistics
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -452,6 +453,7 @@ class VLLMGRPO(GRPO):
                         self.policy.adapters[name].version,
                         functools.partial(self.policy.updating_policy, name),
                     )
+                learned["reward"] = statistics.fmean(t.reward for t in own)
             else:
                 learned = {"update_skipped": 1.0}
             learned |= {"transitions": float(len(own)), "policy_version": float(self.policy.adapters[name].version)}

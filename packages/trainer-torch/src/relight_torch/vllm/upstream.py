@@ -66,7 +66,9 @@ class VLLMUpstream(OpenAIUpstream):
         self.server = server
         self.restart_timeout = restart_timeout
         self._lock = threading.Lock()  # routes change on the learner's thread, calls run on the gateway's loop
-        self._routes: dict[str, tuple[int, str]] = {model: (0, served_name or model)}
+        self._base = served_name or model
+        """The base model's served name: what every policy starts on, never retired."""
+        self._routes: dict[str, tuple[int, str]] = {model: (0, self._base)}
         """The model name a call asks for -> ``(policy version, served name)`` it goes to."""
         self._in_flight: Counter[str] = Counter()
         self._retiring: dict[str, Callable[[str], None]] = {}
@@ -105,8 +107,9 @@ class VLLMUpstream(OpenAIUpstream):
         with self._lock:
             _, old = self._routes.get(key, (0, served_name))
             self._routes[key] = (version, served_name)
-            due = retire is not None and old != served_name and self._in_flight[old] == 0
-            if retire is not None and old != served_name and not due:
+            retire = retire if old not in (served_name, self._base) else None
+            due = retire is not None and self._in_flight[old] == 0
+            if retire is not None and not due:
                 self._retiring[old] = retire
         if due and retire is not None:
             retire(old)
