@@ -33,6 +33,7 @@ from relight.records import (
 )
 from relight.runners.runner import Runner
 from relight.store import Store
+from relight.tracing.call_role import role
 from relight.tracing.context import AttemptRef, attempt_scope, current_attempt
 from relight.tracing.instrumentation import Instrumentor, instrument, uninstrument
 from relight.tracing.otel import emit_annotation, emit_reward
@@ -80,6 +81,7 @@ __all__ = [
     "instrument",
     "open_store",
     "plugin_manager",
+    "role",
     "rollout",
     "uninstrument",
 ]

@@ -554,7 +554,10 @@ class Trainer:
         gateway.setdefault("default_max_tokens", max_tokens)
         limit = self.options.timeout if self.options.timeout is not None else timeout
         results: list[DevResult] = []
-        async with self._loop(agent, upstreams, model, store_url, gateway=gateway, timeout=limit) as loop:
+        routed = base_url is None  # the algorithm's upstreams serve its policies; another endpoint knows none
+        async with self._loop(
+            agent, upstreams, model, store_url, gateway=gateway, timeout=limit, routed=routed
+        ) as loop:
             requests = [RolloutRequest(input=task, mode=Mode.VAL, max_attempts=1) for task in dataset]
             rollouts = await loop.store.enqueue(requests)
             try:
@@ -585,10 +588,12 @@ class Trainer:
         *,
         gateway: GatewayOptions | None = None,
         timeout: float | None = None,
+        routed: bool = True,
     ) -> AsyncGenerator[_Loop]:
         """A store, a gateway in front of ``upstreams`` and runners working on them, for the block's duration.
 
-        ``gateway`` and ``timeout`` replace the trainer's gateway options and attempt timeout (dev mode's).
+        ``gateway`` and ``timeout`` replace the trainer's gateway options and attempt timeout (dev mode's);
+        ``routed=False`` serves every call as asked even with policies (an endpoint that knows none of them).
         """
         store = open_store(store_url) if isinstance(store_url, str) else store_url
         try:
@@ -596,6 +601,8 @@ class Trainer:
                 store,
                 upstreams,
                 policy_version=self.algorithm.policy_version if self.algorithm is not None else None,
+                policies=self.policies if routed else None,
+                model=model,
                 **(gateway if gateway is not None else self.options.gateway),
             ) as gateway_server:
                 gateway_url = gateway_server.url
