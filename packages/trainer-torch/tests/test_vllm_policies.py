@@ -19,7 +19,6 @@ from rich.console import Console
 import relight
 from relight.policies import Policy, as_policies
 from relight.records import Transition
-from relight.tracing.roles import end_role_span, start_role_span
 from relight_torch.vllm import VLLMGRPO, LoraOptions, VLLMPolicy, VLLMServerOptions, vllm_python
 
 pytestmark = [
@@ -49,12 +48,10 @@ def algorithm(smollm2_path: Path, tmp_path_factory: pytest.TempPathFactory) -> I
 
 
 async def _ask(client: openai.AsyncOpenAI, llm: relight.LLM, role: str, question: str) -> str:
-    """One call made as ``role`` (a role span around it, as a framework adapter records one)."""
+    """One call made as ``role``: the gateway routes it to that role's policy."""
     messages: list[Any] = [{"role": "user", "content": question}]
-    span = start_role_span(role, framework="plain", input_messages=messages)
-    reply = await client.chat.completions.create(model=llm.model, messages=messages, max_tokens=8, temperature=1.0)
-    if span is not None:
-        end_role_span(span, response_id=reply.id)
+    with relight.role(role):
+        reply = await client.chat.completions.create(model=llm.model, messages=messages, max_tokens=8, temperature=1.0)
     return reply.choices[0].message.content or ""
 
 
@@ -120,6 +117,8 @@ async def test_two_policies_each_train_on_their_own_roles_calls(algorithm: VLLMG
         assert trained <= {"writer", "checker"}, "the frozen judge's and unnamed roles' calls are left out"
         assert "writer" in trained
         for name in ("writer", "checker"):
+            sampled = {t.policy_version for t in transitions if t.policy == name}
+            assert sampled <= {versions[name]}, f"{name}'s calls were served by its current adapter"
             changed = not _same(before[name], after[name])
             assert changed == (name in trained), f"{name}'s adapter changes exactly when its own calls train it"
             versions[name] += changed
