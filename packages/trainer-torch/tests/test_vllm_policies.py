@@ -19,6 +19,7 @@ from rich.console import Console
 import relight
 from relight.policies import Policy, as_policies
 from relight.records import Transition
+from relight.tracing.roles import end_role_span, start_role_span
 from relight_torch.vllm import VLLMGRPO, LoraOptions, VLLMPolicy, VLLMServerOptions, vllm_python
 
 pytestmark = [
@@ -50,10 +51,13 @@ def algorithm(smollm2_path: Path, tmp_path_factory: pytest.TempPathFactory) -> I
 
 
 async def _ask(client: openai.AsyncOpenAI, llm: relight.LLM, role: str, question: str) -> str:
-    """One call made as ``role``: the gateway routes it to that role's policy."""
+    """One call made as ``role`` (a role span opened before it, as a framework adapter does): the gateway
+    routes it to that role's policy."""
     messages: list[Any] = [{"role": "user", "content": question}]
-    with relight.role(role):
-        reply = await client.chat.completions.create(model=llm.model, messages=messages, max_tokens=8, temperature=1.0)
+    span = start_role_span(role, framework="plain", input_messages=messages)
+    reply = await client.chat.completions.create(model=llm.model, messages=messages, max_tokens=8, temperature=1.0)
+    if span is not None:
+        end_role_span(span, response_id=reply.id)
     return reply.choices[0].message.content or ""
 
 
