@@ -18,7 +18,7 @@ process of its own, and reads back the ``scenario.json`` it writes in its run fo
 
 With ``--policies N`` (sql, crew: the examples that name policies) each seed runs twice, the same recipe
 with one LoRA policy (``--policies 1``: the writer/rewriter, the analyst) and with N (``--policies N``:
-the checker, the reporter too): ``policies``, the held-out rewards the example reports besides its own
+the checker, the reporter too): ``policies``, the held-out figures the example reports besides its reward
 (sql: ``checker_before``/``checker_after``, the checker's verdict accuracy), and ``wall_ratio``, the N-policy
 run's wall time over the one-policy run's of the same seed.
 
@@ -80,7 +80,7 @@ def run(scenario: str, seed: int, out: Path, extra: list[str]) -> dict[str, Any]
         "policy_versions": summary.get("policy_versions") or {},
         **{
             f"{name}_{when}": value
-            for name, figures in (summary.get("held_out_rewards") or {}).items()
+            for name, figures in (summary.get("held_out_figures") or {}).items()
             for when, value in figures.items()
         },
         "run_folder": str(out),

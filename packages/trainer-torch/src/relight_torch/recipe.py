@@ -206,7 +206,8 @@ def train_agent(
     console: Console | None = None,
     serve_with: str = "torch",
     policies: Mapping[str, RoleFilter] | None = None,
-    reported_rewards: Sequence[str] = (),
+    held_out_figures: Sequence[str] = (),
+    credit: str = "identical",
 ) -> dict[str, Any]:
     """Warm start, then GRPO with validation before and after, in the run folder ``out``; returns scenario.json.
 
@@ -216,8 +217,8 @@ def train_agent(
     ``policies`` (name -> roles) trains each as a LoRA adapter of its own (``relight.Trainer(policies=...)``;
     vLLM only) instead of the roles ``roles`` names as one policy; each training task then carries their
     names as ``trained_policies`` (the crew samples its reporter only when it is trained).
-    ``reported_rewards`` names rewards the agent emits (``relight.emit_reward(..., name=...)``) whose
-    held-out means before and after RL go into scenario.json beside the returned reward's.
+    ``held_out_figures`` names numbers the agent records with ``relight.emit_annotation({name: value})``
+    whose held-out means before and after RL go into scenario.json; ``credit`` names the credit assigner.
     """
     if serve_with not in ("torch", "vllm"):
         raise ValueError(f"serve_with must be 'torch' or 'vllm', got {serve_with!r}")
@@ -244,13 +245,15 @@ def train_agent(
     tracker = _TokenCount()
     if policies:
         algorithm = vllm_grpo(engine, recipe, out, callbacks=[tracker, *callbacks], lora=True)
-        trainer = recipe.trainer(algorithm, run_dir=out, policies=dict(policies), console=console)
+        builder = TransitionBuilder(credit=credit)
+        trainer = recipe.trainer(algorithm, run_dir=out, transitions=builder, policies=dict(policies), console=console)
     else:
         if serve_with == "vllm":
             algorithm = vllm_grpo(engine, recipe, out, callbacks=[tracker, *callbacks])
         else:
             algorithm = recipe.grpo(engine, callbacks=[tracker, *callbacks])
-        trainer = recipe.trainer(algorithm, run_dir=out, transitions=TransitionBuilder(roles=roles), console=console)
+        builder = TransitionBuilder(roles=roles, credit=credit)
+        trainer = recipe.trainer(algorithm, run_dir=out, transitions=builder, console=console)
     try:
         history = trainer.fit(agent, train_tasks, val_tasks)
     finally:
@@ -258,7 +261,7 @@ def train_agent(
         if close is not None:
             close()
     generation = asyncio.run(_generation_counts(out / "store.db"))
-    named = asyncio.run(_held_out_rewards(out / "store.db", reported_rewards, len(val_tasks)))
+    named = asyncio.run(_held_out_figures(out / "store.db", held_out_figures, len(val_tasks)))
     validations = [row for row in history if "val_reward_mean" in row]
     steps = [row for row in history if "time_update_s" in row]
     rollout_seconds = sum(row["time_rollouts_s"] for row in steps) or float("nan")
@@ -282,7 +285,7 @@ def train_agent(
         "engine": serve_with,
         "policies": {name: str(roles) for name, roles in (policies or {}).items()},
         "policy_versions": dict(getattr(algorithm, "policy_versions", {}) or {}),
-        "held_out_rewards": named,
+        "held_out_figures": named,
     }
     (out / "scenario.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     console.print(
@@ -394,8 +397,9 @@ async def _generation_counts(store_path: Path) -> dict[str, int]:
     return {"calls": calls, "tokens": tokens}
 
 
-async def _held_out_rewards(store_path: Path, names: Sequence[str], size: int) -> dict[str, dict[str, float]]:
-    """Each named reward's mean over the first validation's rollouts and over the last's (``before``, ``after``).
+async def _held_out_figures(store_path: Path, names: Sequence[str], size: int) -> dict[str, dict[str, float]]:
+    """Each named figure's mean over the first validation's rollouts and over the last's (``before``, ``after``),
+    from the annotations the agent recorded (``relight.emit_annotation({name: value})``).
 
     Validations run ``size`` held-out tasks each; their rollouts are told apart by the order they were made in.
     """
@@ -408,18 +412,20 @@ async def _held_out_rewards(store_path: Path, names: Sequence[str], size: int) -
         for rollout in rollouts:
             found: dict[str, list[float]] = {name: [] for name in names}
             for span in await store.query_spans(rollout.rollout_id):
-                name = span.attributes.get(semconv.REWARD_NAME)
-                if span.kind is SpanKind.REWARD and name in found:
-                    found[str(name)].append(float(span.attributes[semconv.REWARD]))  # type: ignore[arg-type]
+                if span.kind is not SpanKind.ANNOTATION:
+                    continue
+                payload = json.loads(str(span.attributes.get(semconv.ANNOTATION) or "{}"))
+                for name in names:
+                    if isinstance(payload, dict) and isinstance(payload.get(name), int | float):
+                        found[name].append(float(payload[name]))
             for name, seen in found.items():
                 values[name].append(seen)
     finally:
         await store.close()
-    result: dict[str, dict[str, float]] = {}
-    for name, per_rollout in values.items():
-        first, last = per_rollout[:size], per_rollout[-size:]
-        result[name] = {"before": _mean_of_all(first), "after": _mean_of_all(last)}
-    return result
+    return {
+        name: {"before": _mean_of_all(per_rollout[:size]), "after": _mean_of_all(per_rollout[-size:])}
+        for name, per_rollout in values.items()
+    }
 
 
 def _mean_of_all(groups: Sequence[Sequence[float]]) -> float:
@@ -444,7 +450,8 @@ def main(
     demo_tasks: Sequence[Mapping[str, JsonValue]] | None = None,
     argv: Sequence[str] | None = None,
     policies: Mapping[str, RoleFilter] | None = None,
-    reported_rewards: Sequence[str] = (),
+    held_out_figures: Sequence[str] = (),
+    credit: str = "identical",
 ) -> dict[str, Any]:
     """An example's training command line: ``--out``, ``--seed``, ``--model``, ``--iterations``, ``--quick``,
     ``--engine`` and, where the example names ``policies``, ``--policies N``: train the first N of them,
@@ -491,7 +498,8 @@ def main(
             demo_tasks=demo_tasks,
             serve_with=args.engine,
             policies=chosen_policies or None,
-            reported_rewards=reported_rewards,
+            held_out_figures=held_out_figures,
+            credit=credit,
         )
     finally:
         engine.close()
