@@ -170,7 +170,7 @@ class GRPO(PolicyAlgorithm):
         metrics |= counts | {
             "first_ratio": steps[0]["ratio"],
             "advantage_abs_mean": statistics.fmean(abs(s.advantage) for s in all_samples),
-            "off_policy_transitions": float(sum(t.policy_version != version - 1 for t in trainable)),
+            "off_policy_transitions": float(sum(t.policy_version != version for t in trainable)),
             **correction,
             **anchored,
         }
