@@ -15,13 +15,22 @@ the policy's name), and the transitions carry the policy that trains them.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
 from relight.errors import ConfigError
 
-__all__ = ["POLICY_NAME", "Policies", "Policy", "RoleFilter", "as_policies", "check_role_filter", "role_matches"]
+__all__ = [
+    "POLICY_NAME",
+    "Policies",
+    "Policy",
+    "RoleFilter",
+    "as_policies",
+    "check_role_filter",
+    "per_policy",
+    "role_matches",
+]
 
 RoleFilter = str | Sequence[str] | re.Pattern[str] | None
 """Which roles to train, as Agent Lightning's ``agent_match``:
@@ -182,3 +191,14 @@ class Policies:
         if len(self._resolved) < 10_000:
             self._resolved[role] = found
         return found
+
+
+def per_policy(metrics: Mapping[str, object], names: Iterable[str]) -> dict[str, dict[str, float]]:
+    """A step's metrics by policy: ``{"loss/writer": 0.1, "reward/writer": 0.5}`` → ``{"writer": {"loss": 0.1,
+    "reward": 0.5}}``, for the policies ``names`` (other keys with a ``/`` are not theirs)."""
+    table: dict[str, dict[str, float]] = {name: {} for name in names}
+    for key, value in metrics.items():
+        metric, _, policy = key.rpartition("/")
+        if metric and policy in table and isinstance(value, int | float) and not isinstance(value, bool):
+            table[policy][metric] = float(value)
+    return table

@@ -10,7 +10,7 @@ on it, the advantage the algorithm gave it and the version that update made (:mo
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, cast
 
 from pydantic import JsonValue
@@ -106,6 +106,15 @@ def _span_row(span: Span, depth: int, origin: int) -> dict[str, object]:
     }
 
 
+def _served_by(attributes: Mapping[str, JsonValue]) -> str | None:
+    """The policy that served a call of a run with several policies, in words; None in a run of one."""
+    if isinstance(policy := attributes.get(semconv.POLICY), str):
+        return f"policy {policy}"
+    if attributes.get(semconv.POLICY_UNROUTED) is True:
+        return "the base model (its role was unknown when it arrived)"
+    return None
+
+
 def _call(call: CallVerdict, decode: Decoder | None, trained: TrainedCall | None) -> dict[str, object]:
     attributes = call.span.attributes
     transition = call.transition
@@ -114,6 +123,8 @@ def _call(call: CallVerdict, decode: Decoder | None, trained: TrainedCall | None
         "attempt_id": call.span.attempt_id,
         "step": call.step,
         "role": call.role,
+        "policy": call.policy,
+        "served_by": _served_by(attributes),
         "reward": call.reward,
         "trained": call.trained,
         "reason": call.reason.value if call.reason else None,

@@ -75,13 +75,17 @@ async def roles_seen(store: Store, rollouts: Sequence[Rollout]) -> Counter[str |
     seen: Counter[str | None] = Counter()
     for rollout in rollouts:
         spans = await last_attempt_spans(store, rollout.rollout_id)
-        named = [
+        calls = [s for s in spans if s.kind is SpanKind.LLM]
+        # A call that named its role on arrival (relight.role in its request) carries it on its own span;
+        # role spans name the others (an adapter's role span of a call that named its role counts once).
+        arrived = Counter(str(s.attributes[semconv.ROLE]) for s in calls if semconv.ROLE in s.attributes)
+        spanned = Counter(
             str(s.attributes[semconv.ROLE]) for s in spans if s.kind is SpanKind.ROLE and semconv.ROLE in s.attributes
-        ]
-        calls = sum(s.kind is SpanKind.LLM for s in spans)
+        )
+        named = arrived + (spanned - arrived)
         seen.update(named)
-        if calls > len(named):
-            seen[None] += calls - len(named)
+        if len(calls) > named.total():
+            seen[None] += len(calls) - named.total()
     return seen
 
 

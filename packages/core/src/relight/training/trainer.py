@@ -43,7 +43,7 @@ from relight.algorithm import Algorithm, UpstreamTarget, policy_versions
 from relight.errors import ConfigError, NotFoundError
 from relight.gateway import Gateway, OpenAIUpstream, Upstream
 from relight.plugins import open_store
-from relight.policies import Policy
+from relight.policies import Policy, per_policy
 from relight.records import Mode, Resources, Rollout, RolloutRequest, RolloutStatus
 from relight.rewards.group import GroupReward, GroupRewards
 from relight.runners.group import RunnerGroup
@@ -62,7 +62,7 @@ from relight.training.role_check import RoleCheck
 from relight.training.run_folder import RunFolder, default_run_dir
 from relight.training.sync_loop import SyncTraining
 from relight.transitions.builder import PolicyMap, TransitionBuilder, episode_return, last_attempt_spans
-from relight.transitions.run_config import POLICY_VERSIONS_ITEM, TRANSITIONS_ITEM, describe
+from relight.transitions.run_config import POLICY_METRICS_ITEM, POLICY_VERSIONS_ITEM, TRANSITIONS_ITEM, describe
 
 __all__ = ["DEV_MAX_TOKENS", "DEV_TIMEOUT", "DevResult", "GatewayOptions", "Trainer", "TrainerOptions"]
 
@@ -261,6 +261,7 @@ class Trainer:
             epochs=options.epochs,
             max_staleness=options.max_staleness,
             tasks=train_dataset,
+            policies=self.policies,
         )
         record = RunRecord.open(run.path, identity)
         store_url = options.store if options.store is not None else run.store_url
@@ -305,7 +306,7 @@ class Trainer:
                     return metrics
 
                 hooks = LoopHooks(
-                    publish=lambda: self._publish(loop, algorithm),
+                    publish=lambda metrics: self._publish(loop, algorithm, metrics),
                     returns=lambda rollouts: self._returns(loop.store, rollouts),
                     finish_step=finish_step,
                     report=self.progress.step,
@@ -319,7 +320,10 @@ class Trainer:
                     self.progress.step(history[-1])
             ended = "finished"
         finally:
-            run.write_summary({"status": ended, "policy_version": algorithm.policy_version, "store": _named(store_url)})
+            summary: dict[str, JsonValue] = {"status": ended, "policy_version": algorithm.policy_version}
+            if (versions := policy_versions(algorithm)) is not None:
+                summary[POLICY_VERSIONS_ITEM] = dict(versions)
+            run.write_summary({**summary, "store": _named(store_url)})
             self.progress.note(f"relight: run {ended}; metrics, summary and reward curve in {run.path}")
         return history
 
@@ -442,14 +446,18 @@ class Trainer:
             "val_completed_rate": succeeded / len(rollouts),
         }
 
-    async def _publish(self, loop: _Loop, algorithm: Algorithm) -> Resources:
+    async def _publish(
+        self, loop: _Loop, algorithm: Algorithm, metrics: Mapping[str, float] | None = None
+    ) -> Resources:
         """Make the algorithm's current policy the served and published one.
 
         A version is published only when it differs from the last one the store holds (an update that
         changed no weights, or a resumed run, publishes nothing), so resources versions, policy versions
         and the dashboard's versions stay one count. The items also say how the run turns calls into
         transitions (:func:`relight.transitions.run_config.describe`), so ``relight show`` and the
-        dashboard judge calls as the run did.
+        dashboard judge calls as the run did. With several policies a version also carries each
+        policy's version and what the update that made it reported per policy (``metrics``' keys
+        ``<metric>/<policy>``: loss, reward, calls trained and left out), which the dashboard shows.
         """
         loop.gateway.policy_version = algorithm.policy_version
         items: dict[str, JsonValue] = {
@@ -465,8 +473,10 @@ class Trainer:
             latest = await loop.store.get_resources()
         except NotFoundError:
             latest = None
-        if latest is not None and latest.items == items:
+        if latest is not None and {k: v for k, v in latest.items.items() if k != POLICY_METRICS_ITEM} == items:
             return latest
+        if metrics is not None and self.policies is not None:
+            items[POLICY_METRICS_ITEM] = cast(JsonValue, per_policy(metrics, self.policies))
         return await loop.store.publish_resources(items)
 
     async def _returns(self, store: Store, rollouts: Sequence[Rollout]) -> list[float]:

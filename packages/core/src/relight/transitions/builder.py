@@ -18,6 +18,7 @@ import copy
 import json
 import logging
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -107,6 +108,9 @@ class TransitionBuilder:
         self.failed_reward = failed_reward
         self.skipped = 0
         """Calls left out because they had no token ids (see the gateway's ``untrainable`` count)."""
+        self.left_out: Counter[str] = Counter()
+        """With policies: calls of each policy's roles that :meth:`from_spans` left out so far (a frozen policy,
+        served by another policy, no token ids)."""
 
     def with_policies(self, policies: PolicyMap) -> TransitionBuilder:
         """A copy of this builder that trains ``policies`` (what ``Trainer(policies=...)`` does with its builder).
@@ -122,6 +126,7 @@ class TransitionBuilder:
         if self.policies is not None:
             raise ConfigError("policies are given twice (to the Trainer and to its TransitionBuilder): give them once")
         copied = copy.copy(self)
+        copied.left_out = Counter()
         copied.policies = as_policies(policies)
         copied._policies = Policies(copied.policies)
         return copied
@@ -140,6 +145,7 @@ class TransitionBuilder:
         """Transitions of one attempt, from its spans."""
         verdicts = self.judge(rollout, attempt_id, spans)
         self.skipped += sum(verdict.reason is Reason.NO_TOKEN_IDS for verdict in verdicts)
+        self.left_out.update(v.policy for v in verdicts if v.policy is not None and v.reason is not None)
         return [verdict.transition for verdict in verdicts if verdict.transition is not None]
 
     async def explain(self, store: Store, rollout: Rollout, *, training: bool = True) -> RolloutVerdict:

@@ -21,6 +21,7 @@ from relight.store import Store
 from relight.transitions.builder import TransitionBuilder
 
 __all__ = [
+    "POLICY_METRICS_ITEM",
     "POLICY_VERSIONS_ITEM",
     "TRANSITIONS_ITEM",
     "builder_of_run",
@@ -32,6 +33,9 @@ __all__ = [
 TRANSITIONS_ITEM = "relight.transitions"
 POLICY_VERSIONS_ITEM = "policy_versions"
 """The resources item of a run with several policies: each policy's version, as the algorithm reports it."""
+POLICY_METRICS_ITEM = "relight.policy_metrics"
+"""The resources item of a run with several policies: per policy, what the update that made this version
+reported (``{"writer": {"loss": …, "reward": …, "transitions": …, "calls_left_out": …}}``)."""
 
 
 def describe(builder: TransitionBuilder) -> dict[str, JsonValue]:
