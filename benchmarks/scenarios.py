@@ -14,6 +14,13 @@ process of its own, and reads back the ``scenario.json`` it writes in its run fo
     python benchmarks/scenarios.py --scenario calc --seeds 0 1 2        # a table
     python benchmarks/scenarios.py --scenario sql --seeds 0 --json      # one JSON object per line
     python benchmarks/scenarios.py --scenario calc --engine torch       # TorchEngine instead of vLLM
+    python benchmarks/scenarios.py --scenario sql --policies 2 --seeds 0 1 2   # two policies against one
+
+With ``--policies N`` (sql, crew: the examples that name policies) each seed runs twice, the same recipe
+with one LoRA policy (``--policies 1``: the writer/rewriter, the analyst) and with N (``--policies N``:
+the checker, the reporter too): ``policies``, the held-out figures the example reports besides its reward
+(sql: ``checker_before``/``checker_after``, the checker's verdict accuracy), and ``wall_ratio``, the N-policy
+run's wall time over the one-policy run's of the same seed.
 
 Rollouts are sampled by a vLLM server (relight_torch.vllm) wherever the vLLM environment (.venv-vllm) exists,
 as the training commands do by default; ``--engine torch`` samples with TorchEngine in the training process.
@@ -42,6 +49,8 @@ SCRIPTS = {
     "crew": ROOT / "examples" / "crew" / "crew_train.py",
 }
 COLUMNS = ("before", "after", "gain", "wall_s", "rl_s", "peak_gb", "calls_per_s", "gen_tok_per_s", "train_tok_per_s")
+POLICY_COLUMNS = ("policies", "checker_before", "checker_after", "wall_ratio")
+"""Added with ``--policies``: the number of policies, the sql checker's verdict accuracy, the wall-time ratio."""
 
 
 def run(scenario: str, seed: int, out: Path, extra: list[str]) -> dict[str, Any]:
@@ -67,6 +76,13 @@ def run(scenario: str, seed: int, out: Path, extra: list[str]) -> dict[str, Any]
         "calls_per_s": summary["train_llm_calls_per_s"],
         "gen_tok_per_s": summary["generated_tokens_per_s"],
         "train_tok_per_s": summary["trained_tokens_per_s"],
+        "policies": len(summary.get("policies") or {}) or 1,
+        "policy_versions": summary.get("policy_versions") or {},
+        **{
+            f"{name}_{when}": value
+            for name, figures in (summary.get("held_out_figures") or {}).items()
+            for when, value in figures.items()
+        },
         "run_folder": str(out),
     }
 
@@ -80,28 +96,48 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "scenarios", help="where run folders go")
     parser.add_argument("--engine", choices=["vllm", "torch"], help="what samples (default: vLLM if installed)")
     parser.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
+    parser.add_argument(
+        "--policies", type=int, help="sql, crew: each seed with one policy and with this many (LoRA, vLLM)"
+    )
     args = parser.parse_args()
     extra = [*(["--iterations", str(args.iterations)] if args.iterations else []), *(["--quick"] if args.quick else [])]
     extra += ["--engine", args.engine] if args.engine else []
+    if args.policies is not None and args.policies < 1:
+        parser.error(f"--policies must be 1 or more, got {args.policies}")
+    counts = [] if args.policies is None else sorted({1, args.policies})
     console = Console(stderr=args.json)
     results = []
     for seed in args.seeds:
-        with console.status(f"{args.scenario}: training seed {seed}…"):
-            result = run(args.scenario, seed, args.out / f"{args.scenario}-seed{seed}", extra)
-        results.append(result)
-        if args.json:
-            print(json.dumps(result), flush=True)
+        one_policy: dict[str, Any] | None = None
+        for count in counts or [None]:
+            label = f"{args.scenario}-seed{seed}" + (f"-policies{count}" if count else "")
+            chosen = ["--policies", str(count)] if count else []
+            with console.status(f"{args.scenario}: training seed {seed}" + (f", {count} policies…" if count else "…")):
+                result = run(args.scenario, seed, args.out / label, extra + chosen)
+            if count == 1:
+                one_policy = result
+            if count and one_policy is not None:
+                result["wall_ratio"] = result["wall_s"] / one_policy["wall_s"]
+            results.append(result)
+            if args.json:
+                print(json.dumps(result), flush=True)
     if args.json:
         return
+    columns = COLUMNS + (POLICY_COLUMNS if counts else ())
     table = Table(title=f"{args.scenario}: SmolLM2-135M-Instruct on the CPU, held-out reward", title_justify="left")
     table.add_column("seed", justify="right")
-    for column in COLUMNS:
+    for column in columns:
         table.add_column(column, justify="right")
     for result in results:
-        table.add_row(
-            str(result["seed"]), *(f"{result[c]:.3g}" if c != "wall_s" else f"{result[c]:.0f}" for c in COLUMNS)
-        )
+        table.add_row(str(result["seed"]), *(_cell(result, c) for c in columns))
     console.print(table)
+
+
+def _cell(result: dict[str, Any], column: str) -> str:
+    value = result.get(column)
+    if value is None:
+        return "-"
+    return f"{value:.0f}" if column in ("wall_s", "policies") else f"{value:.3g}"
 
 
 if __name__ == "__main__":

@@ -2,16 +2,19 @@
 
 The ``Analyst`` works the problem out with the ``calculator`` tool; the ``Reporter`` reads the
 analyst's work and states the result on an ``Answer:`` line. The reward is 1.0 for the right
-number (after ``Answer:``, else the last number the reporter wrote). Only the analyst is trained
-(``TransitionBuilder(roles=["Analyst"])``): the reporter's calls stay in the episode but are not
-updated. The relight-specific lines are ``relight.instrument("crewai")``, the ``LLM`` built from the
-``llm`` handle, and the returned reward.
+number (after ``Answer:``, else the last number the reporter wrote). Trained as one policy, only the
+analyst learns (``TransitionBuilder(roles=["Analyst"])``): the reporter's calls stay in the episode but
+are not updated. Trained as two policies (``relight.Trainer(policies=POLICIES)``), analyst and reporter
+are each a LoRA adapter of their own, both rewarded with the crew's answer, and the reporter samples at
+the task's temperature too. The relight-specific lines are ``relight.instrument("crewai")``, the ``LLM``
+built from the ``llm`` handle, and the returned reward.
 
 Commands (see README.md)::
 
     python examples/crew/math_crew.py                            # dev mode, scripted model, offline
     python examples/crew/math_crew.py --base-url URL --model NAME        # dev mode, any endpoint
     python examples/crew/crew_train.py --out runs/crew           # RL on the CPU with SmolLM2-135M
+    python examples/crew/crew_train.py --out runs/crew2 --policies 2     # analyst and reporter, two policies
 """
 
 from __future__ import annotations
@@ -29,6 +32,9 @@ from crewai.tools import tool
 import relight
 
 TRAINED_ROLE = "Analyst"
+REPORTER_ROLE = "Reporter"
+POLICIES = {"analyst": [TRAINED_ROLE], "reporter": [REPORTER_ROLE]}
+"""The two policies of ``--policies 2``: one per agent of the crew."""
 PROBLEMS = Path(__file__).parents[1] / "calc_agent" / "data"
 """The calc_agent's problems (Calc-X format): ``train.jsonl`` and ``test.jsonl``."""
 
@@ -52,11 +58,11 @@ def calculator(expression: str) -> str:
     return str(int(value) if float(value).is_integer() else round(value, 6))
 
 
-def build_crew(llm: Any, question: str, *, temperature: float = 1.0) -> Crew:
-    """Analyst (with the calculator) → Reporter, in sequence; ``temperature`` is the analyst's.
+def build_crew(llm: Any, question: str, *, temperature: float = 1.0, reporter_temperature: float = 0.0) -> Crew:
+    """Analyst (with the calculator) → Reporter, in sequence, sampling at ``temperature`` and ``reporter_temperature``.
 
-    The reporter answers greedily: it is not trained, so sampling it would only add noise to the
-    reward the analyst's work earns (SmolLM2 as the reporter restated the analyst's result greedily
+    The reporter answers greedily unless it is trained: untrained, sampling it would only add noise to
+    the reward the analyst's work earns (SmolLM2 as the reporter restated the analyst's result greedily
     on both problems tried, and in 2 of 16 samples at temperature 1; see README.md). Its expected
     output names the format in words: given the placeholder ``Answer: <number>`` SmolLM2 copied ``<number>``.
     """
@@ -75,7 +81,10 @@ def build_crew(llm: Any, question: str, *, temperature: float = 1.0) -> Crew:
         max_iter=4,
     )
     reporter = Agent(
-        role="Reporter", goal="State the analyst's result.", backstory="You write one line.", llm=model(0.0)
+        role=REPORTER_ROLE,
+        goal="State the analyst's result.",
+        backstory="You write one line.",
+        llm=model(reporter_temperature),
     )
     work = Task(description=question, expected_output="The number the problem asks for.", agent=analyst)
     report = Task(
@@ -110,7 +119,10 @@ relight.instrument("crewai")
 @relight.rollout
 async def solve(task: dict[str, Any], llm: Any) -> float:
     """One rollout of the crew on ``task["question"]``, rewarded for ``task["answer"]``."""
-    output = await build_crew(llm, task["question"], temperature=task.get("temperature", 1.0)).akickoff()
+    temperature = task.get("temperature", 1.0)
+    reporter_temperature = temperature if "reporter" in task.get("trained_policies", []) else 0.0
+    crew = build_crew(llm, task["question"], temperature=temperature, reporter_temperature=reporter_temperature)
+    output = await crew.akickoff()
     return reward(output, task["answer"])
 
 

@@ -8,16 +8,22 @@ until the check passes or ``MAX_TURNS`` rewrites are spent (the last rewrite is 
 checked: no verdict could change it; a rewrite with no SQL in it keeps the query it was given).
 The reward is execution match: 1.0 when the final query returns what the gold query returns.
 
-Only the writer and the rewriter are trained; the checker is left alone
-(``TransitionBuilder(roles="write_query|rewrite_query")``). The relight-specific lines are
-``relight.instrument("langgraph")``, the model's ``base_url``/``api_key``/``model`` taken from
-the ``llm`` handle, and the returned reward.
+Trained as one policy, only the writer and the rewriter learn and the checker is left alone
+(``TransitionBuilder(roles="write_query|rewrite_query")``). Trained as two policies
+(``relight.Trainer(policies=POLICIES)``), the checker is a policy of its own, with a reward of its
+own: the share of its verdicts (passed or not) that match whether the query it checked returns the
+gold rows, emitted as the reward ``"checker"`` while the checker trains; the credit assigner
+:func:`checker_credit` gives it to the checker's calls alone, so the writer's stays the execution
+match. Every run also records that accuracy as an annotation (the held-out figure). The
+relight-specific lines are ``relight.instrument("langgraph")``, the model's ``base_url``/``api_key``/
+``model`` taken from the ``llm`` handle, the returned reward, and the checker's reward and annotation.
 
 Commands (see README.md)::
 
     python examples/sql_agent/sql_agent.py                       # dev mode, scripted model, offline
     python examples/sql_agent/sql_agent.py --base-url URL --model NAME   # dev mode, any endpoint
     python examples/sql_agent/sql_train.py --out runs/sql        # RL on the CPU with SmolLM2-135M
+    python examples/sql_agent/sql_train.py --out runs/sql2 --policies 2   # writer and checker, two policies
 """
 
 from __future__ import annotations
@@ -34,10 +40,19 @@ from langgraph.graph.state import CompiledStateGraph
 from sql_data import execute, execution_match, schema
 
 import relight
+from relight.plugins import registry
+from relight.transitions.credit import CreditAssigner, Episode
 
 MAX_TURNS = 2
 """Rewrites allowed after the first query (a task's ``max_turns`` overrides it)."""
 TRAINED_ROLES = "write_query|rewrite_query"
+CHECKER_ROLE = "check_query"
+POLICIES = {"writer": TRAINED_ROLES, "checker": CHECKER_ROLE}
+"""The two policies of ``--policies 2``: the writer and rewriter share one, the checker has its own."""
+CHECKER_REWARD = "checker"
+"""The name of the checker's own reward and annotation: the share of its verdicts that were right."""
+CHECKER_CREDIT = "sql_checker"
+"""The credit assigner (:func:`checker_credit`) that gives the checker's reward to the checker's calls alone."""
 CORRECT = "THE QUERY IS CORRECT"
 
 WRITE_PROMPT = (
@@ -64,6 +79,8 @@ class State(TypedDict, total=False):
     result: str
     feedback: str
     turns: int
+    checks: list[tuple[str, bool]]
+    """Each query the checker saw, with whether it passed it."""
 
 
 def extract_query(text: str) -> str:
@@ -112,7 +129,7 @@ def build_graph(model: ChatOpenAI, db_path: str, *, max_turns: int = MAX_TURNS) 
             f"Query:\n{state['query']}",
             f"Result:\n{state['result'][:600]}",
         )
-        return {"feedback": reply}
+        return {"feedback": reply, "checks": [*state.get("checks", []), (state["query"], passed(reply))]}
 
     def rewrite_query(state: State) -> State:
         reply = ask(
@@ -130,7 +147,7 @@ def build_graph(model: ChatOpenAI, db_path: str, *, max_turns: int = MAX_TURNS) 
         return "check_query" if state.get("turns", 0) < max_turns else END
 
     def after_check(state: State) -> str:
-        return END if CORRECT in state.get("feedback", "").upper() else "rewrite_query"
+        return END if passed(state.get("feedback", "")) else "rewrite_query"
 
     graph = StateGraph(State)
     for node in (write_query, execute_query, check_query, rewrite_query):
@@ -141,6 +158,39 @@ def build_graph(model: ChatOpenAI, db_path: str, *, max_turns: int = MAX_TURNS) 
     graph.add_conditional_edges("check_query", after_check, ["rewrite_query", END])
     graph.add_edge("rewrite_query", "execute_query")
     return graph.compile()
+
+
+def passed(feedback: str) -> bool:
+    """The checker's verdict: whether its reply passes the query."""
+    return CORRECT in feedback.upper()
+
+
+def verdict_accuracy(db_path: str, gold: str, checks: list[tuple[str, bool]]) -> float | None:
+    """The share of the checker's verdicts that match whether the query it checked returns the gold rows."""
+    if not checks:
+        return None
+    right = [verdict == execution_match(db_path, query, gold) for query, verdict in checks]
+    return sum(right) / len(right)
+
+
+def checker_credit() -> CreditAssigner:
+    """Each ``check_query`` call gets the mean of the episode's ``"checker"`` rewards (its own reward, when
+    the checker trains), every other call the sum of the other rewards (the execution match)."""
+
+    def assign(episode: Episode) -> list[float]:
+        own = [event.value for event in episode.rewards if event.name == CHECKER_REWARD]
+        rest = sum(event.value for event in episode.rewards if event.name != CHECKER_REWARD)
+        checker = sum(own) / len(own) if own else rest
+        return [checker if call.role == CHECKER_ROLE else rest for call in episode.calls]
+
+    return assign
+
+
+def register_checker_credit() -> None:
+    """Make :func:`checker_credit` known by name (``TransitionBuilder(credit=CHECKER_CREDIT)``); idempotent."""
+    credit = registry("credit_assigners")
+    if CHECKER_CREDIT not in credit.names():
+        credit.register(CHECKER_CREDIT, checker_credit)
 
 
 def chat_model(llm: Any, *, temperature: float = 1.0) -> ChatOpenAI:
@@ -159,6 +209,11 @@ async def answer(task: dict[str, Any], llm: Any) -> float:
     model = chat_model(llm, temperature=task.get("temperature", 1.0))
     graph = build_graph(model, task["db_path"], max_turns=task.get("max_turns", MAX_TURNS))
     state = await graph.ainvoke({"question": task["question"], "schema": schema(task["db_path"])})
+    accuracy = verdict_accuracy(task["db_path"], task["query"], state.get("checks", []))
+    if accuracy is not None:
+        relight.emit_annotation({CHECKER_REWARD: accuracy}, name=CHECKER_REWARD)
+        if "checker" in task.get("trained_policies", []):  # a reward only where it trains the checker
+            relight.emit_reward(accuracy, name=CHECKER_REWARD)
     return 1.0 if execution_match(task["db_path"], state["query"], task["query"]) else 0.0
 
 

@@ -1,6 +1,6 @@
 """Train the SQL agent's writer and rewriter on the CPU: SmolLM2-135M-Instruct, a warm start, then GRPO.
 
-    python examples/sql_agent/sql_train.py --out runs/sql [--seed 0] [--iterations 4]
+    python examples/sql_agent/sql_train.py --out runs/sql [--seed 0] [--iterations 4] [--policies 2]
 
 Only ``write_query`` and ``rewrite_query`` calls are demonstrated and trained; ``check_query``
 runs on the same model, untrained (the paper's ``agent_match="write|rewrite"``). The recipe
@@ -10,11 +10,17 @@ rewrite calls); 20 SFT steps of 8 calls at 3e-4; GRPO at 3e-5 on 4 questions x 8
 update, 8 updates; one rewrite per question (``max_turns=1``: SmolLM2 as the checker almost never
 passes a query, so each extra turn is two more calls that mostly copy); the top 10 of the 30 layers
 train; greedy evaluation on all 61 dev questions.
+
+``--policies 2`` trains the writer/rewriter and the checker as two policies, a LoRA adapter each on
+the top 10 layers (lr 2e-4), after the same warm start; the checker learns from its own reward (the
+share of its verdicts that match the execution match; ``checker_credit`` keeps it to the checker's
+calls), and its held-out accuracy before and after RL goes in scenario.json. ``--policies 1`` is the
+same recipe with the writer/rewriter policy alone.
 """
 
 from __future__ import annotations
 
-from sql_agent import TRAINED_ROLES, answer
+from sql_agent import CHECKER_CREDIT, CHECKER_REWARD, POLICIES, TRAINED_ROLES, answer, register_checker_credit
 from sql_data import load
 from sql_scripted import script
 
@@ -37,6 +43,7 @@ RECIPE = Recipe(
 )
 
 if __name__ == "__main__":
+    register_checker_credit()
     main(
         answer,
         train=[{**task, **ONE_REWRITE} for task in load("train")],
@@ -44,4 +51,7 @@ if __name__ == "__main__":
         script=script(mistakes=False, doubts=True),
         recipe=RECIPE,
         roles=TRAINED_ROLES,
+        policies=POLICIES,
+        held_out_figures=[CHECKER_REWARD],
+        credit=CHECKER_CREDIT,
     )

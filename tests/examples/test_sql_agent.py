@@ -11,8 +11,10 @@ import sql_agent
 import sql_data
 from sql_scripted import script
 
+from relight import semconv
 from relight.records import SpanKind
 from relight.scripted import Reply, ScriptRequest
+from relight.transitions.builder import TransitionBuilder
 from relight_testing.examples import example_file, run_example
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -56,6 +58,51 @@ async def test_a_query_that_returns_other_rows_earns_nothing(dev) -> None:
     task = {**sql_data.load("dev")[0], "query": "SELECT 'something else'"}
     run = await dev(sql_agent.answer, [task], script(mistakes=False))
     assert run.rewards == [0.0]
+
+
+@pytest.mark.parametrize(
+    ("verdict", "accuracy", "roles"),
+    [
+        ("THE QUERY IS CORRECT", 1.0, {"write_query", "check_query"}),
+        ("The query is wrong.", 0.0, {"write_query", "check_query", "rewrite_query"}),
+    ],
+)
+async def test_a_trained_checker_is_rewarded_for_verdicts_that_match_the_execution_match(
+    dev, verdict: str, accuracy: float, roles: set[str]
+) -> None:
+    """Two policies: the checker's reward (right verdicts' share) reaches its calls alone; the writer's and the
+    rewriter's stay the execution match. The writer's query is right, so passing it is the right verdict."""
+    writer = script(mistakes=False)
+
+    def model(request: ScriptRequest) -> str | Reply:
+        if "You check SQLite" in request.system:
+            return verdict
+        if "You fix SQLite" in request.system:
+            return "```"  # keeps the right query
+        return writer(request)
+
+    sql_agent.register_checker_credit()
+    tasks = [{**task, "max_turns": 1, "trained_policies": ["writer", "checker"]} for task in sql_data.load("dev")[:2]]
+    run = await dev(sql_agent.answer, tasks, model)
+    builder = TransitionBuilder(credit=sql_agent.CHECKER_CREDIT, policies=sql_agent.POLICIES)
+    for result in run.results:
+        assert result.reward == 1.0 + accuracy, "the rollout's return holds both rewards"
+        spans = [span for span in run.spans if span.rollout_id == result.rollout.rollout_id]
+        transitions = builder.from_spans(result.rollout, spans[0].attempt_id, spans)
+        assert {t.role for t in transitions} == roles
+        for transition in transitions:
+            checker = transition.role == "check_query"
+            assert transition.policy == ("checker" if checker else "writer")
+            assert transition.reward == (accuracy if checker else 1.0)
+        notes = [span for span in spans if span.kind is SpanKind.ANNOTATION]
+        assert [json.loads(str(span.attributes[semconv.ANNOTATION])) for span in notes] == [{"checker": accuracy}]
+
+
+async def test_an_untrained_checker_earns_no_reward_and_its_accuracy_is_recorded(dev) -> None:
+    run = await dev(sql_agent.answer, sql_data.load("dev")[:1], script(mistakes=False))
+    assert run.rewards == [1.0], "the rollout's reward stays the execution match"
+    notes = [span for span in run.spans if span.kind is SpanKind.ANNOTATION]
+    assert len(notes) == 1
 
 
 def test_the_readme_command_runs_offline(tmp_path: Path) -> None:

@@ -59,3 +59,23 @@ def test_a_checkpoint_loaded_before_start_is_resumed_by_verls_own_resume_path(tm
     assert f"trainer.resume_from_path='{checkpoint / 'global_step_3'}'" in overrides
     with pytest.raises(FileNotFoundError, match="neither a global_step_N checkpoint"):
         algorithm.load(tmp_path / "empty")
+
+
+def test_several_policies_are_refused_with_the_reason() -> None:
+    """verl 0.9 trains and serves one policy per run (README, "Several policies, one per role")."""
+    algorithm = VerlAlgorithm(model="m")
+    with pytest.raises(TypeError, match=r"one policy, not 2 \(writer, checker\).*max_loras=1"):
+        algorithm.set_policies({"writer": "write", "checker": "check"})
+
+
+@relight.rollout
+async def _no_calls(task: object, llm: relight.LLM) -> float:
+    return 0.0
+
+
+def test_a_run_of_several_policies_stops_before_verl_starts(tmp_path: Path) -> None:
+    algorithm = VerlAlgorithm(model="m", checkpoint_dir=str(tmp_path / "ckpt"))
+    trainer = relight.Trainer(algorithm, policies={"writer": "write", "checker": "check"}, run_dir=tmp_path / "run")
+    with pytest.raises(TypeError, match="VerlAlgorithm trains one policy"):
+        trainer.fit(_no_calls, [{"question": "q"}])
+    assert algorithm._trainer is None  # pyright: ignore[reportPrivateUsage]  # Ray and verl never started

@@ -60,6 +60,8 @@ class PolicyAlgorithm:
             raise ValueError("learner_process=True trains a copy of the weights elsewhere: it needs live_updates=True")
         self.engine = engine
         self.live_updates = live_updates
+        self.learner_options = dict(learner_options)
+        """What each :class:`~relight_torch.learner.Learner` of the algorithm is made with (``lr``, …)."""
         trained = copy.deepcopy(engine.model) if live_updates else engine.model
         self.learner: Learner | LearnerProcess = (
             LearnerProcess(trained, pad_id=engine.pad_id, **learner_options)

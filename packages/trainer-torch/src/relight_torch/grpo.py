@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import statistics
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Literal
 
 import torch
@@ -27,7 +28,8 @@ from relight_torch._policy import PolicyAlgorithm
 from relight_torch.advantages import episode_weights, grpo_advantages, reinforce_pp_advantages
 from relight_torch.anchors import anchor_missing_logprobs
 from relight_torch.engine import TorchEngine
-from relight_torch.learner import Sample
+from relight_torch.learner import Learner, Sample
+from relight_torch.learner_process import LearnerProcess
 from relight_torch.objectives import PolicyGradientLoss
 from relight_torch.offpolicy import correct_stale_samples
 
@@ -116,6 +118,18 @@ class GRPO(PolicyAlgorithm):
 
     def learn(self, transitions: Sequence[Transition]) -> dict[str, float]:
         """:meth:`update`'s work, synchronously: advantages, then the clipped policy-gradient steps."""
+        return self.learn_with(transitions, self.learner, self.policy_version, self.changing_weights)
+
+    def learn_with(
+        self,
+        transitions: Sequence[Transition],
+        learner: Learner | LearnerProcess,
+        version: int,
+        changing_weights: Callable[[], AbstractContextManager[None]],
+    ) -> dict[str, float]:
+        """One policy's update: ``learner`` steps its weights, ``version`` is the policy's current one, and
+        ``changing_weights()`` surrounds the steps (the new weights serve once it ends). An algorithm
+        training several policies calls it once per policy, each with its own transitions and learner."""
         trainable = [t for t in transitions if t.response_token_ids]
         if not trainable:
             raise ValueError(f"none of the {len(transitions)} transitions has response tokens to train on")
@@ -134,16 +148,16 @@ class GRPO(PolicyAlgorithm):
             samples, correction = correct_stale_samples(
                 samples,
                 kept,
-                self.learner,
-                version=self.policy_version,
+                learner,
+                version=version,
                 cap=self.tis_cap,
                 every_sample=self.engine_numerics_differ,
             )
-        samples, anchored = anchor_missing_logprobs(samples, self.learner, steps=self.epochs * self.mini_batches)
+        samples, anchored = anchor_missing_logprobs(samples, learner, steps=self.epochs * self.mini_batches)
         # Left-out samples' loss is zero; dividing by every token's count keeps the step the full batch's.
         per_token = sum(len(s.response_ids) for s in all_samples) / sum(len(s.response_ids) for s in samples)
         steps: list[dict[str, float]] = []
-        with self.changing_weights():
+        with changing_weights():
             for _ in range(self.epochs):
                 order = list(range(len(samples)))
                 self.rng.shuffle(order)
@@ -151,16 +165,24 @@ class GRPO(PolicyAlgorithm):
                     chosen = [samples[i] for i in order[part :: self.mini_batches]]
                     if chosen:
                         normalizer = per_token * sum(len(s.response_ids) for s in chosen)
-                        steps.append(self.learner.update(chosen, self.loss, normalizer=normalizer))
+                        steps.append(learner.update(chosen, self.loss, normalizer=normalizer))
         metrics = {name: statistics.fmean(step[name] for step in steps) for name in steps[0]}
         metrics |= counts | {
             "first_ratio": steps[0]["ratio"],
             "advantage_abs_mean": statistics.fmean(abs(s.advantage) for s in all_samples),
-            "off_policy_transitions": float(sum(t.policy_version != self.policy_version - 1 for t in trainable)),
+            "off_policy_transitions": float(sum(t.policy_version != version for t in trainable)),
             **correction,
             **anchored,
         }
         return metrics
+
+    def set_policies(self, policies: Mapping[str, object]) -> None:
+        """Refused: TorchEngine serves one set of weights, so this algorithm trains one policy."""
+        raise TypeError(
+            f"{type(self).__name__} on TorchEngine trains one policy, not {len(policies)} "
+            f"({', '.join(policies)}): several policies, one LoRA adapter each, need the vLLM engine "
+            "(relight_torch.vllm.VLLMGRPO, or relight_torch.factories.grpo(model, engine='vllm'))"
+        )
 
     def advantages(self, transitions: Sequence[Transition]) -> list[float]:
         """The advantage each transition gets in an update (what the dashboard shows per call)."""

@@ -61,6 +61,9 @@ class Learner:
         optimizer: ``"adamw"`` (``torch.optim.AdamW``, float32 moments) or ``"adamw8bit"``
             (bitsandbytes' block-wise 8-bit moments: 0.75 × the weights less memory, a close but
             not identical step; see :mod:`relight_torch.optimizers`).
+        parameters: The weights this learner steps and clips (by default all of ``model``'s): one
+            policy's LoRA adapter among several on the same model (:mod:`relight_torch.vllm`), so that
+            each policy has an optimizer of its own and a step of one leaves the others' weights alone.
     """
 
     def __init__(
@@ -76,8 +79,10 @@ class Learner:
         logprob_chunk: int | None = LOGPROB_CHUNK,
         recompute_activations: bool | None = None,
         optimizer: OptimizerName = "adamw",
+        parameters: Sequence[torch.nn.Parameter] | None = None,
     ) -> None:
         self.model = model
+        self.parameters = list(model.parameters() if parameters is None else parameters)
         self.pad_id = pad_id
         self.token_budget = token_budget
         self.max_grad_norm = max_grad_norm
@@ -86,7 +91,7 @@ class Learner:
             recompute_activations = sum(p.numel() for p in model.parameters()) > 50_000_000
         self.recompute_activations = recompute_activations
         return_freed_tensors()  # else the update's freed activations stay resident (see relight_torch.allocator)
-        self.optimizer = make_optimizer(optimizer, model.parameters(), lr=lr, weight_decay=weight_decay, betas=betas)
+        self.optimizer = make_optimizer(optimizer, self.parameters, lr=lr, weight_decay=weight_decay, betas=betas)
         self.step = 0
 
     def update(
@@ -116,7 +121,7 @@ class Learner:
                 totals["loss"] += loss.item()
                 for name, value in stats.items():
                     totals[name] = totals.get(name, 0.0) + value
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.parameters, self.max_grad_norm)
         step_dropping_gradients(self.optimizer)
         self.step += 1
         means = {name: value / tokens for name, value in totals.items()}

@@ -15,6 +15,9 @@ This is what each example under ``examples/`` runs to train (``python examples/c
    command line's default where the vLLM environment exists) the warm-started weights are saved and
    a vLLM server samples every rollout and validation (:mod:`relight_torch.vllm`), each update's
    weights pushed into it (full weights: the recipe trains the top layers, not adapters).
+4. **Several policies** (``policies``, ``--policies N`` on the command line): each policy (roles by name)
+   trains a LoRA adapter of its own on the warm-started weights (the top ``trained_layers`` layers'
+   projections), served side by side by the vLLM server (:meth:`relight_torch.vllm.VLLMGRPO.set_policies`).
 
 The run folder is the trainer's own (``metrics.jsonl``, ``summary.json``, ``reward_curve.png``,
 ``checkpoints/``, ``store.db``; see :mod:`relight.training.run_folder`), plus ``scenario.json``: held-out
@@ -85,7 +88,12 @@ class Recipe:
     token_budget: int = 1024
     """Tokens per forward/backward pass: with a 49k vocabulary the logits dominate memory (~0.2 GB per 1k tokens)."""
     trained_layers: int | None = None
-    """Train only the top this many decoder layers and the final norm (None: every weight); see :func:`train_top`."""
+    """Train only the top this many decoder layers and the final norm (None: every weight); see :func:`train_top`.
+    With several policies: the layers whose projections get each policy's LoRA adapter."""
+    lora_rank: int = 16
+    lora_lr: float = 2e-4
+    """The learning rate of each policy's LoRA adapter when several policies train (LoRA's step moves a
+    low-rank product, so it takes a larger rate than the full weights' ``lr``)."""
 
     def quick(self) -> Recipe:
         """Two tiny steps: for smoke tests of the whole pipeline."""
@@ -197,15 +205,25 @@ def train_agent(
     callbacks: Sequence[UpdateCallback] = (),
     console: Console | None = None,
     serve_with: str = "torch",
+    policies: Mapping[str, RoleFilter] | None = None,
+    held_out_figures: Sequence[str] = (),
+    credit: str = "identical",
 ) -> dict[str, Any]:
     """Warm start, then GRPO with validation before and after, in the run folder ``out``; returns scenario.json.
 
     The warm start's demonstrations come from ``demo_tasks`` (by default the training tasks);
     ``callbacks`` see each update's transitions and metrics. ``serve_with`` picks the engine RL samples
     with: ``"torch"`` (``engine`` itself) or ``"vllm"`` (a vLLM server for the warm-started weights).
+    ``policies`` (name -> roles) trains each as a LoRA adapter of its own (``relight.Trainer(policies=...)``;
+    vLLM only) instead of the roles ``roles`` names as one policy; each training task then carries their
+    names as ``trained_policies`` (the crew samples its reporter only when it is trained).
+    ``held_out_figures`` names numbers the agent records with ``relight.emit_annotation({name: value})``
+    whose held-out means before and after RL go into scenario.json; ``credit`` names the credit assigner.
     """
     if serve_with not in ("torch", "vllm"):
         raise ValueError(f"serve_with must be 'torch' or 'vllm', got {serve_with!r}")
+    if policies and serve_with != "vllm":
+        raise ValueError("several policies need the vLLM engine (serve_with='vllm'): TorchEngine serves one policy")
     console = console or Console()
     out.mkdir(parents=True, exist_ok=True)
     began = time.perf_counter()
@@ -221,14 +239,21 @@ def train_agent(
     warmed = time.perf_counter()
     count = recipe.iterations * recipe.tasks_per_iteration
     drawn = draw_tasks(train, count, rng, recipe.balance_by)
-    train_tasks = [{**task, "temperature": recipe.train_temperature} for task in drawn]
+    trained = {"trained_policies": list(policies)} if policies else {}  # an agent may sample a trained role only
+    train_tasks = [{**task, "temperature": recipe.train_temperature, **trained} for task in drawn]
     val_tasks = [{**task, "temperature": 0.0} for task in list(val)[: recipe.eval_tasks]]
     tracker = _TokenCount()
-    if serve_with == "vllm":
-        algorithm = vllm_grpo(engine, recipe, out, callbacks=[tracker, *callbacks])
+    if policies:
+        algorithm = vllm_grpo(engine, recipe, out, callbacks=[tracker, *callbacks], lora=True)
+        builder = TransitionBuilder(credit=credit)
+        trainer = recipe.trainer(algorithm, run_dir=out, transitions=builder, policies=dict(policies), console=console)
     else:
-        algorithm = recipe.grpo(engine, callbacks=[tracker, *callbacks])
-    trainer = recipe.trainer(algorithm, run_dir=out, transitions=TransitionBuilder(roles=roles), console=console)
+        if serve_with == "vllm":
+            algorithm = vllm_grpo(engine, recipe, out, callbacks=[tracker, *callbacks])
+        else:
+            algorithm = recipe.grpo(engine, callbacks=[tracker, *callbacks])
+        builder = TransitionBuilder(roles=roles, credit=credit)
+        trainer = recipe.trainer(algorithm, run_dir=out, transitions=builder, console=console)
     try:
         history = trainer.fit(agent, train_tasks, val_tasks)
     finally:
@@ -236,6 +261,7 @@ def train_agent(
         if close is not None:
             close()
     generation = asyncio.run(_generation_counts(out / "store.db"))
+    named = asyncio.run(_held_out_figures(out / "store.db", held_out_figures, len(val_tasks)))
     validations = [row for row in history if "val_reward_mean" in row]
     steps = [row for row in history if "time_update_s" in row]
     rollout_seconds = sum(row["time_rollouts_s"] for row in steps) or float("nan")
@@ -257,6 +283,9 @@ def train_agent(
         "trained_tokens_per_s": tracker.tokens / update_seconds,
         "recipe": asdict(recipe),
         "engine": serve_with,
+        "policies": {name: str(roles) for name, roles in (policies or {}).items()},
+        "policy_versions": dict(getattr(algorithm, "policy_versions", {}) or {}),
+        "held_out_figures": named,
     }
     (out / "scenario.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     console.print(
@@ -267,21 +296,32 @@ def train_agent(
     return summary
 
 
-def vllm_grpo(engine: TorchEngine, recipe: Recipe, out: Path, callbacks: Sequence[UpdateCallback] = ()) -> GRPO:
-    """The recipe's GRPO with a vLLM server sampling: the warm-started weights saved, served and trained on."""
+def vllm_grpo(
+    engine: TorchEngine, recipe: Recipe, out: Path, callbacks: Sequence[UpdateCallback] = (), *, lora: bool = False
+) -> GRPO:
+    """The recipe's GRPO with a vLLM server sampling: the warm-started weights saved, served and trained on.
+
+    Full weights (the top ``trained_layers``) by default; with ``lora``, LoRA adapters on those layers
+    at ``lora_lr``, one per policy once the trainer names the policies.
+    """
     from relight_torch.models import name_model
-    from relight_torch.vllm import VLLMGRPO, VLLMPolicy
+    from relight_torch.vllm import VLLMGRPO, LoraOptions, VLLMPolicy
 
     folder = out / "warm-start"
     engine.model.save_pretrained(folder)
     engine.tokenizer.save_pretrained(folder)
     name_model(folder, engine.name)
-    policy = VLLMPolicy(folder, lora=None, seed=recipe.seed, work_dir=out / "vllm")
-    if recipe.trained_layers is not None:
+    adapters = None
+    if lora:
+        depth = len(engine.model.get_decoder().layers)  # type: ignore[operator]
+        top = None if recipe.trained_layers is None else list(range(depth - recipe.trained_layers, depth))
+        adapters = LoraOptions(rank=recipe.lora_rank, alpha=2 * recipe.lora_rank, layers=top)
+    policy = VLLMPolicy(folder, lora=adapters, seed=recipe.seed, work_dir=out / "vllm")
+    if recipe.trained_layers is not None and not lora:
         train_top(policy.model, recipe.trained_layers)
     return VLLMGRPO(
-        policy, lr=recipe.lr, clip=recipe.clip, per_episode=recipe.per_episode, mini_batches=recipe.mini_batches,
-        callbacks=callbacks, **recipe.learner_options(),
+        policy, lr=recipe.lora_lr if lora else recipe.lr, clip=recipe.clip, per_episode=recipe.per_episode,
+        mini_batches=recipe.mini_batches, callbacks=callbacks, **recipe.learner_options(),
     )  # fmt: skip
 
 
@@ -357,6 +397,42 @@ async def _generation_counts(store_path: Path) -> dict[str, int]:
     return {"calls": calls, "tokens": tokens}
 
 
+async def _held_out_figures(store_path: Path, names: Sequence[str], size: int) -> dict[str, dict[str, float]]:
+    """Each named figure's mean over the first validation's rollouts and over the last's (``before``, ``after``),
+    from the annotations the agent recorded (``relight.emit_annotation({name: value})``).
+
+    Validations run ``size`` held-out tasks each; their rollouts are told apart by the order they were made in.
+    """
+    if not names or size == 0:
+        return {}
+    store: Store = relight.open_store(f"sqlite:///{store_path}")
+    values: dict[str, list[list[float]]] = {name: [] for name in names}
+    try:
+        rollouts = sorted(await store.list_rollouts(mode=Mode.VAL), key=lambda r: r.created_at)
+        for rollout in rollouts:
+            found: dict[str, list[float]] = {name: [] for name in names}
+            for span in await store.query_spans(rollout.rollout_id):
+                if span.kind is not SpanKind.ANNOTATION:
+                    continue
+                payload = json.loads(str(span.attributes.get(semconv.ANNOTATION) or "{}"))
+                for name in names:
+                    if isinstance(payload, dict) and isinstance(payload.get(name), int | float):
+                        found[name].append(float(payload[name]))
+            for name, seen in found.items():
+                values[name].append(seen)
+    finally:
+        await store.close()
+    return {
+        name: {"before": _mean_of_all(per_rollout[:size]), "after": _mean_of_all(per_rollout[-size:])}
+        for name, per_rollout in values.items()
+    }
+
+
+def _mean_of_all(groups: Sequence[Sequence[float]]) -> float:
+    flat = [value for group in groups for value in group]
+    return sum(flat) / len(flat) if flat else float("nan")
+
+
 def _peak_rss_gb() -> float:
     """This process's peak resident memory (Linux reports kilobytes, macOS bytes)."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -373,8 +449,13 @@ def main(
     roles: RoleFilter = None,
     demo_tasks: Sequence[Mapping[str, JsonValue]] | None = None,
     argv: Sequence[str] | None = None,
+    policies: Mapping[str, RoleFilter] | None = None,
+    held_out_figures: Sequence[str] = (),
+    credit: str = "identical",
 ) -> dict[str, Any]:
-    """An example's training command line: ``--out``, ``--seed``, ``--model``, ``--iterations``, ``--quick``."""
+    """An example's training command line: ``--out``, ``--seed``, ``--model``, ``--iterations``, ``--quick``,
+    ``--engine`` and, where the example names ``policies``, ``--policies N``: train the first N of them,
+    each as a LoRA adapter of its own (0, the default: ``roles`` as one policy, full weights)."""
     import argparse
 
     parser = argparse.ArgumentParser(description=f"Train {agent.name} on the CPU with relight-torch.")
@@ -389,7 +470,17 @@ def main(
         default="vllm" if vllm_python() is not None else "torch",
         help="what samples the rollouts: a vLLM server (the default where .venv-vllm exists) or TorchEngine",
     )
+    if policies:
+        parser.add_argument(
+            "--policies",
+            type=int,
+            choices=range(len(policies) + 1),
+            default=0,
+            help=f"train the first N of {', '.join(policies)} as policies of their own, one LoRA adapter each "
+            "(vLLM only); 0: the roles as one policy, full weights",
+        )
     args = parser.parse_args(argv)
+    chosen_policies = dict(list((policies or {}).items())[: getattr(args, "policies", 0)])
     chosen = replace(recipe, seed=args.seed, iterations=args.iterations)
     if args.quick:
         chosen = chosen.quick()
@@ -406,6 +497,9 @@ def main(
             roles=roles,
             demo_tasks=demo_tasks,
             serve_with=args.engine,
+            policies=chosen_policies or None,
+            held_out_figures=held_out_figures,
+            credit=credit,
         )
     finally:
         engine.close()

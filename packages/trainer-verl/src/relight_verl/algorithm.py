@@ -120,6 +120,16 @@ class VerlAlgorithm:
     def resources(self) -> Mapping[str, JsonValue]:
         return {}
 
+    def set_policies(self, policies: Mapping[str, object]) -> None:
+        """Refused: verl 0.9 trains and serves one policy per run (README, "Several policies, one per role")."""
+        raise TypeError(
+            f"VerlAlgorithm trains one policy, not {len(policies)} ({', '.join(policies)}): verl 0.9's actor "
+            "holds one LoRA adapter (or one set of full weights) and its vLLM replicas serve that one adapter to "
+            "every request (max_loras=1, a fixed adapter id), so calls cannot be served or trained per role. "
+            "Train one role with TransitionBuilder(roles=...), or several policies on relight-torch's vLLM "
+            "engine (relight_torch.vllm.VLLMGRPO)"
+        )
+
     async def update(self, transitions: Sequence[Transition]) -> Mapping[str, float]:
         """One PPO update on ``transitions`` (the gateway is paused); returns its headline metrics.
 

@@ -20,12 +20,18 @@ class VLLMAdminError(RuntimeError):
     """vLLM refused a weight push; the message carries its answer and what the server needs for it."""
 
 
-def load_lora_adapter(root_url: str, name: str, path: str | os.PathLike[str], *, timeout: float = 300.0) -> None:
-    """Serve the peft adapter saved at ``path`` under the model name ``name``."""
+def load_lora_adapter(
+    root_url: str, name: str, path: str | os.PathLike[str], *, inplace: bool = False, timeout: float = 300.0
+) -> None:
+    """Serve the peft adapter saved at ``path`` under the model name ``name`` (``inplace``: replacing an
+    adapter of that name the server already has, rather than refusing)."""
+    body: dict[str, object] = {"lora_name": name, "lora_path": str(path)}
+    if inplace:
+        body["load_inplace"] = True
     _post(
         root_url,
         "/v1/load_lora_adapter",
-        {"lora_name": name, "lora_path": str(path)},
+        body,
         timeout=timeout,
         needs="--enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True",
     )

@@ -16,6 +16,12 @@ calls go on:
   (``collective_rpc("reload_weights", weights_path=...)``); the folder becomes the one the server starts
   from, so a restarted server serves the latest version too.
 
+**Several policies** (``relight.Trainer(policies=...)``, one per role): each policy is a peft LoRA adapter
+of its own on the shared base weights, pushed as ``<policy>@v<n>`` with its own version, and trained by
+its own optimizer on its own calls only (:meth:`VLLMGRPO.set_policies`). A policy at version 0 is served
+by the base model itself (a fresh LoRA adapter changes nothing: peft starts its B matrices at zero), and
+so is a frozen policy, which is never trained.
+
 A restarted server gets the current version loaded again before any call reaches it. Sampling is in
 bfloat16 (vLLM) and learning in float32: :class:`VLLMGRPO` corrects every sample with truncated importance
 sampling, since the engine is never the learner's own forward pass.
@@ -24,12 +30,14 @@ sampling, since the engine is never the learner's own forward pass.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import shutil
+import statistics
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +47,10 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from relight.algorithm import UpstreamTarget
+from relight.policies import Policy
+from relight.records import Transition
 from relight_torch.grpo import GRPO
+from relight_torch.learner import Learner
 from relight_torch.models import model_name
 from relight_torch.vllm.admin import load_lora_adapter, reload_weights, unload_lora_adapter
 from relight_torch.vllm.server import VLLMServer, VLLMServerOptions
@@ -59,6 +70,38 @@ class LoraOptions:
     alpha: int = 32
     dropout: float = 0.0
     target_modules: Sequence[str] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    layers: Sequence[int] | None = None
+    """The decoder layers that get adapters (peft's ``layers_to_transform``); None: every layer. On a CPU
+    the top few are the affordable choice: the layers below them then run forward only in an update."""
+
+    def config(self) -> Any:
+        """peft's ``LoraConfig`` for these options."""
+        try:
+            from peft import LoraConfig
+        except ImportError as error:  # pragma: no cover - peft is a dependency of relight-torch
+            raise ImportError("LoRA training needs peft: `pip install peft`") from error
+        return LoraConfig(
+            r=self.rank,
+            lora_alpha=self.alpha,
+            lora_dropout=self.dropout,
+            target_modules=list(self.target_modules),
+            layers_to_transform=list(self.layers) if self.layers is not None else None,
+            task_type="CAUSAL_LM",
+        )
+
+
+@dataclass
+class PolicyAdapter:
+    """One policy's LoRA adapter among several on the shared base weights (see :meth:`VLLMPolicy.add_policies`)."""
+
+    name: str
+    """The policy's name: what the gateway asks for on its calls, and the served adapters' prefix."""
+    peft_name: str
+    """The adapter's name inside the peft model (peft's names cannot hold every character a policy's may)."""
+    frozen: bool
+    version: int = 0
+    pushed: Path | None = None
+    """The folder of the version vLLM serves (None at version 0: the base model serves it)."""
 
 
 class VLLMPolicy:
@@ -119,24 +162,112 @@ class VLLMPolicy:
         self.server: VLLMServer | None = None
         self._upstream: VLLMUpstream | None = None
         self._pushed: Path | None = None
+        self.adapters: dict[str, PolicyAdapter] = {}
+        """One LoRA adapter per policy, when the run names several (:meth:`add_policies`)."""
 
     def _learner_model(self) -> PreTrainedModel:
         base = AutoModelForCausalLM.from_pretrained(self.folder, dtype=torch.float32)
         base.eval()
         if self.lora is None:
             return base
-        try:
-            from peft import LoraConfig, get_peft_model
-        except ImportError as error:  # pragma: no cover - peft is a dependency of relight-torch
-            raise ImportError("LoRA training needs peft: `pip install peft`") from error
-        config = LoraConfig(
-            r=self.lora.rank,
-            lora_alpha=self.lora.alpha,
-            lora_dropout=self.lora.dropout,
-            target_modules=list(self.lora.target_modules),
-            task_type="CAUSAL_LM",
-        )
-        return get_peft_model(base, config)  # type: ignore[return-value]
+        from peft import get_peft_model
+
+        return get_peft_model(base, self.lora.config())  # type: ignore[return-value]
+
+    # -- several policies ------------------------------------------------------------------------
+
+    def add_policies(self, frozen: Mapping[str, bool]) -> None:
+        """Give each policy (name -> frozen) a LoRA adapter of its own on the shared base weights.
+
+        Replaces the single adapter (peft's ``"default"``), which must not have been trained yet; the
+        server, if not started, gets room for two versions of every policy in a batch (``max_loras``).
+        Idempotent for the same policies.
+        """
+        wanted = dict(frozen)
+        if self.adapters:
+            if {name: a.frozen for name, a in self.adapters.items()} == wanted:
+                return
+            raise ValueError(f"the policies are set once per VLLMPolicy: {sorted(self.adapters)}, not {sorted(wanted)}")
+        if not wanted:
+            raise ValueError("policies is empty: name at least one policy")
+        if self.lora is None:
+            raise ValueError(
+                "several policies need LoRA adapters, one per policy: VLLMPolicy(lora=None) trains one set of "
+                "full weights"
+            )
+        if self.policy_version > 0:
+            raise ValueError("set the policies before the first update: this policy's adapter was already trained")
+        for index, (name, is_frozen) in enumerate(wanted.items()):
+            peft_name = f"policy{index}"
+            self.model.add_adapter(peft_name, self.lora.config())  # type: ignore[operator]
+            self.adapters[name] = PolicyAdapter(name, peft_name, is_frozen)
+        self.model.set_adapter(next(iter(self.adapters.values())).peft_name)  # type: ignore[operator]
+        self.model.delete_adapter("default")  # type: ignore[operator]
+        if self.server is None and self.url is None:
+            slots = max(self.server_options.max_loras, 2 * len(self.adapters))
+            self.server_options = dataclasses.replace(self.server_options, max_loras=slots)
+        if self._upstream is not None:
+            for adapter in self.adapters.values():
+                self._upstream.route(0, self.name, policy=adapter.name)
+
+    @property
+    def policy_versions(self) -> dict[str, int]:
+        """Each policy's version (empty without :meth:`add_policies`)."""
+        return {name: adapter.version for name, adapter in self.adapters.items()}
+
+    def adapter_parameters(self, policy: str) -> list[torch.nn.Parameter]:
+        """The weights of ``policy``'s adapter: what its optimizer steps."""
+        marker = f".{self.adapters[policy].peft_name}."
+        return [parameter for name, parameter in self.model.named_parameters() if marker in name]
+
+    @contextmanager
+    def training(self, policy: str) -> Iterator[None]:
+        """``policy``'s adapter is the model's active one in the block (forward passes and gradients)."""
+        self.model.set_adapter(self.adapters[policy].peft_name)  # type: ignore[operator]
+        yield
+
+    @contextmanager
+    def updating_policy(self, policy: str) -> Iterator[None]:
+        """Around one policy's update (the gateway paused): its new adapter serves, one version up, after."""
+        yield
+        self.push_policy(policy)
+
+    def push_policy(self, policy: str) -> None:
+        """Serve ``policy``'s current adapter as its next version."""
+        adapter = self.adapters[policy]
+        self.start()
+        started = time.perf_counter()
+        self._push_adapter(adapter, adapter.version + 1)
+        adapter.version += 1
+        self.push_seconds.append(time.perf_counter() - started)
+
+    def _push_adapter(self, adapter: PolicyAdapter, version: int) -> None:
+        upstream = self.start()
+        served = f"{adapter.name}@v{version}"
+        folder = self.work_dir / served
+        self.save_adapter(adapter.name, folder)
+        # In place: a server the user runs may hold this version already, from the run this one resumes.
+        load_lora_adapter(self.root_url, served, folder, inplace=True)
+        upstream.route(version, served, retire=self._retire, policy=adapter.name)
+        adapter.pushed = folder
+
+    def save_adapter(self, policy: str, folder: Path) -> None:
+        """Write ``policy``'s adapter to ``folder`` in peft's format (what vLLM and ``PeftModel`` load)."""
+        peft_name = self.adapters[policy].peft_name
+        saving = folder.with_name(f".{folder.name}.saving")
+        shutil.rmtree(saving, ignore_errors=True)
+        self.model.save_pretrained(saving, selected_adapters=[peft_name])
+        shutil.rmtree(folder, ignore_errors=True)
+        (saving / peft_name).rename(folder)  # peft saves a named adapter in a folder of that name
+        shutil.rmtree(saving, ignore_errors=True)
+
+    def load_adapter(self, policy: str, folder: Path) -> None:
+        """Set ``policy``'s adapter to the one :meth:`save_adapter` wrote in ``folder``."""
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        weights = load_file(folder / "adapter_model.safetensors")
+        set_peft_model_state_dict(self.model, weights, adapter_name=self.adapters[policy].peft_name)
 
     # -- serving ---------------------------------------------------------------------------------
 
@@ -164,6 +295,11 @@ class VLLMPolicy:
         self._upstream = VLLMUpstream(base_url, model=self.name, server=self.server)
         if self.policy_version > 0:  # resumed from a checkpoint before the server ran
             self._push(self.policy_version)
+        for adapter in self.adapters.values():
+            if adapter.version > 0:
+                self._push_adapter(adapter, adapter.version)
+            else:
+                self._upstream.route(0, self.name, policy=adapter.name)
         return self._upstream
 
     @property
@@ -230,11 +366,16 @@ class VLLMPolicy:
         shutil.rmtree(self.work_dir / name, ignore_errors=True)
 
     def _reload_current(self) -> None:
-        """After a restart: load the current version into the new process before calls reach it."""
-        if self.lora is not None and self._pushed is not None and self._upstream is not None:
+        """After a restart: load the current versions into the new process before calls reach it."""
+        if self._upstream is None or self.server is None:
+            return
+        if self.lora is not None and self._pushed is not None:
             _, name = self._upstream.current
-            assert self.server is not None
             load_lora_adapter(self.server.root_url, name, self._pushed)
+        for adapter in self.adapters.values():
+            if adapter.pushed is not None:
+                _, name = self._upstream.current_of(adapter.name)
+                load_lora_adapter(self.server.root_url, name, adapter.pushed)
 
 
 class VLLMGRPO(GRPO):
@@ -243,6 +384,14 @@ class VLLMGRPO(GRPO):
     Truncated importance sampling corrects every sample, not only stale ones: vLLM samples in bfloat16
     with its own kernels, so the recorded logprobs are never the learner's (see ``logprob_delta_*`` and
     ``tis_clipped_fraction`` in the metrics).
+
+    With several policies (:meth:`set_policies`, which ``relight.Trainer(policies=...)`` calls), each
+    trained policy has its own LoRA adapter, optimizer (AdamW state and step count), version and
+    checkpoint folder; an update splits the batch by ``Transition.policy`` and runs GRPO on each
+    policy's transitions alone (its own groups, flat-group skipping and advantage normalisation). A
+    policy with no transitions or no signal in a batch keeps its adapter and its version. Metrics are
+    per policy, ``"<metric>/<policy>"``; :attr:`policy_version` is then the sum of the policies'
+    versions (it rises whenever any policy's does), :attr:`policy_versions` each one.
 
     Args:
         policy: What is trained and where it is served.
@@ -268,6 +417,9 @@ class VLLMGRPO(GRPO):
         self.policy = policy
         super().__init__(policy, **options)  # type: ignore[arg-type]  # VLLMPolicy has what GRPO uses of an engine
         self.live_updates = live_updates
+        self.learners: dict[str, Learner] = {}
+        """One learner per trained policy (empty for a single policy, trained by :attr:`learner`)."""
+        self._unloaded: Path | None = None
 
     @contextmanager
     def changing_weights(self) -> Iterator[None]:
@@ -275,11 +427,100 @@ class VLLMGRPO(GRPO):
         with self.policy.updating_weights():
             yield
 
+    # -- several policies ------------------------------------------------------------------------
+
+    def set_policies(self, policies: Mapping[str, Policy]) -> None:  # type: ignore[override]
+        """Train one LoRA adapter per policy (a frozen one is served, never trained). ``relight.Trainer(policies=...)``
+        calls it before the server starts and before a checkpoint is loaded."""
+        self.policy.add_policies({name: policy.frozen for name, policy in policies.items()})
+        for name, adapter in self.policy.adapters.items():
+            if not adapter.frozen and name not in self.learners:
+                self.learners[name] = Learner(
+                    self.policy.model,
+                    pad_id=self.policy.pad_id,
+                    parameters=self.policy.adapter_parameters(name),
+                    **self.learner_options,
+                )
+        if self._unloaded is not None:  # a checkpoint was loaded before the policies were known
+            directory, self._unloaded = self._unloaded, None
+            self.load(directory)
+
+    @property
+    def policy_versions(self) -> dict[str, int]:
+        """Each policy's version; empty with a single policy."""
+        return self.policy.policy_versions
+
+    @property
+    def policy_version(self) -> int:
+        if self.policy.adapters:
+            return sum(self.policy.policy_versions.values())
+        return self.policy.policy_version
+
+    def learn(self, transitions: Sequence[Transition]) -> dict[str, float]:
+        if not self.learners:
+            return super().learn(transitions)
+        mine = self._by_policy(transitions)
+        if not any(mine.values()):
+            raise ValueError(
+                f"none of the {len(transitions)} transitions has response tokens and a trained policy "
+                f"({', '.join(self.learners)}) to train"
+            )
+        metrics: dict[str, float] = {}
+        for name, learner in self.learners.items():
+            own = mine[name]
+            if own:
+                with self.policy.training(name):
+                    learned = self.learn_with(
+                        own,
+                        learner,
+                        self.policy.adapters[name].version,
+                        functools.partial(self.policy.updating_policy, name),
+                    )
+                learned["reward"] = statistics.fmean(t.reward for t in own)
+            else:
+                learned = {"update_skipped": 1.0}
+            learned |= {"transitions": float(len(own)), "policy_version": float(self.policy.adapters[name].version)}
+            metrics |= {f"{key}/{name}": value for key, value in learned.items()}
+        if all(metrics.get(f"update_skipped/{name}") for name in self.learners):
+            metrics["update_skipped"] = 1.0
+        return metrics
+
+    def advantages(self, transitions: Sequence[Transition]) -> list[float]:
+        if not self.learners:
+            return super().advantages(transitions)
+        found: dict[int, float] = {}
+        for own in self._by_policy(transitions).values():
+            for transition, sample in zip(own, self.samples(own), strict=True):
+                found[id(transition)] = sample.advantage
+        return [found.get(id(t), 0.0) for t in transitions]
+
+    def _by_policy(self, transitions: Sequence[Transition]) -> dict[str, list[Transition]]:
+        """Each trained policy's transitions that have response tokens, in order."""
+        mine: dict[str, list[Transition]] = {name: [] for name in self.learners}
+        for transition in transitions:
+            if transition.policy in mine and transition.response_token_ids:
+                mine[transition.policy].append(transition)
+        return mine
+
+    # -- serving and checkpoints -------------------------------------------------------------------
+
     def upstreams(self) -> Sequence[UpstreamTarget | VLLMUpstream]:  # type: ignore[override]
         return [self.policy.start()]
 
     def save(self, directory: Path) -> None:
+        """The adapter (or weights), optimizer, version and RNG; with several policies, one folder each
+        (``policies/<name>/``: the adapter in peft's format and that policy's ``trainer_state.pt``)."""
         directory.mkdir(parents=True, exist_ok=True)
+        if self.policy.adapters:
+            for name, adapter in self.policy.adapters.items():
+                folder = directory / "policies" / name
+                self.policy.save_adapter(name, folder / "adapter")
+                learner = self.learners.get(name)
+                state = {"learner": learner.state_dict() if learner else None, "policy_version": adapter.version}
+                torch.save(state, folder / "trainer_state.pt")
+            shared = {"policies": list(self.policy.adapters), "rng": self.rng.getstate()}
+            torch.save(shared, directory / "trainer_state.pt")
+            return
         self.policy.model.save_pretrained(directory / "policy")
         state = {
             "learner": self.learner.state_dict(),
@@ -290,6 +531,9 @@ class VLLMGRPO(GRPO):
 
     def load(self, directory: Path) -> None:
         state = torch.load(directory / "trainer_state.pt", weights_only=False)
+        if "policies" in state:
+            self._load_policies(directory, state)
+            return
         weights = directory / "policy"
         if self.policy.lora is not None:
             from peft import set_peft_model_state_dict
@@ -304,6 +548,26 @@ class VLLMGRPO(GRPO):
         self.policy.policy_version = int(state["policy_version"])
         if self.policy._upstream is not None and self.policy.policy_version > 0:
             self.policy._push(self.policy.policy_version)
+
+    def _load_policies(self, directory: Path, state: dict[str, Any]) -> None:
+        """Every policy's adapter, optimizer and version from :meth:`save`'s ``policies/`` folders."""
+        if not self.policy.adapters:  # resumed before the trainer named the policies: finish in set_policies
+            self._unloaded = directory
+            return
+        saved = list(state["policies"])
+        if sorted(saved) != sorted(self.policy.adapters):
+            raise ValueError(f"the checkpoint {directory} holds the policies {saved}, not {list(self.policy.adapters)}")
+        for name, adapter in self.policy.adapters.items():
+            folder = directory / "policies" / name
+            own = torch.load(folder / "trainer_state.pt", weights_only=False)
+            self.policy.load_adapter(name, folder / "adapter")
+            learner = self.learners.get(name)
+            if learner is not None and own["learner"] is not None:
+                learner.load_state_dict(own["learner"])
+            adapter.version = int(own["policy_version"])
+            if self.policy._upstream is not None and adapter.version > 0:
+                self.policy._push_adapter(adapter, adapter.version)
+        self.rng.setstate(state["rng"])
 
     def close(self) -> None:
         self.policy.close()

@@ -1,10 +1,15 @@
 """vLLM behind the gateway while the policy it serves changes: each call goes to the current version.
 
 Agents ask for one model name (the policy's) for the whole run. vLLM serves each policy version under
-a name of its own (a LoRA adapter ``<model>@v<n>``, or the base model after a full-weight reload), so
+a name of its own (a LoRA adapter ``<label>-v<n>``, or the base model after a full-weight reload), so
 :class:`VLLMUpstream` sends each call to the version that is current when the call starts, and reports
 that version to the gateway (``policy_version`` in the answer, which the gateway records on the span and
-hides from the client). Answers carry the policy's name again, never the adapter's.
+hides from the client). Answers carry the name the call asked for again, never the adapter's.
+
+A run with several policies (one per role: ``relight.Trainer(policies=...)``) has one route per policy:
+the gateway sends a call of a policy's role with the policy's name as its model, and the call goes to
+that policy's current adapter (``<policy>@v<n>``) and reports that policy's version. A call for the run's
+model itself (a role no policy names) goes to the base model, as version 0.
 
 The rule for a call in flight across a push (what a LoRA push guarantees): a call finishes on the
 version it started on, token for token, and its span records that version; the old adapter is unloaded
@@ -61,7 +66,10 @@ class VLLMUpstream(OpenAIUpstream):
         self.server = server
         self.restart_timeout = restart_timeout
         self._lock = threading.Lock()  # routes change on the learner's thread, calls run on the gateway's loop
-        self._current = (0, served_name or model)
+        self._base = served_name or model
+        """The base model's served name: what every policy starts on, never retired."""
+        self._routes: dict[str, tuple[int, str]] = {model: (0, self._base)}
+        """The model name a call asks for -> ``(policy version, served name)`` it goes to."""
         self._in_flight: Counter[str] = Counter()
         self._retiring: dict[str, Callable[[str], None]] = {}
         self.retries = 0
@@ -69,20 +77,39 @@ class VLLMUpstream(OpenAIUpstream):
 
     @property
     def current(self) -> tuple[int, str]:
-        """``(policy version, served name)`` that new calls go to."""
-        return self._current
+        """``(policy version, served name)`` that new calls for :attr:`model` go to."""
+        return self._routes[self.model]
 
-    def route(self, version: int, served_name: str, *, retire: Callable[[str], None] | None = None) -> None:
-        """Send new calls to ``served_name`` as ``version``; ``retire(old name)`` runs once no call uses it.
+    def current_of(self, policy: str) -> tuple[int, str]:
+        """``(policy version, served name)`` that new calls for ``policy`` go to."""
+        return self._routes[policy]
+
+    @property
+    def policies(self) -> list[str]:
+        """The policy names routed besides :attr:`model`."""
+        return [name for name in self._routes if name != self.model]
+
+    def route(
+        self,
+        version: int,
+        served_name: str,
+        *,
+        retire: Callable[[str], None] | None = None,
+        policy: str | None = None,
+    ) -> None:
+        """Send new calls for ``policy`` (:attr:`model` when None) to ``served_name`` as ``version``;
+        ``retire(old name)`` runs once no call uses it.
 
         Called on the thread that pushed the new weights; ``retire`` may run on it (no call in flight on
         the old version) or later on a worker thread (when the last such call ends).
         """
+        key = self.model if policy is None else policy
         with self._lock:
-            _, old = self._current
-            self._current = (version, served_name)
-            due = retire is not None and old != served_name and self._in_flight[old] == 0
-            if retire is not None and old != served_name and not due:
+            _, old = self._routes.get(key, (0, served_name))
+            self._routes[key] = (version, served_name)
+            retire = retire if old not in (served_name, self._base) else None
+            due = retire is not None and self._in_flight[old] == 0
+            if retire is not None and not due:
                 self._retiring[old] = retire
         if due and retire is not None:
             retire(old)
@@ -92,10 +119,12 @@ class VLLMUpstream(OpenAIUpstream):
             return self._in_flight[served_name]
 
     def _enter(self, body: Json) -> tuple[int | None, str | None, Json]:
-        if body.get("model") not in (self.model, None, ""):
-            return None, None, body
+        asked = body.get("model") or self.model
         with self._lock:
-            version, name = self._current
+            route = self._routes.get(asked)
+            if route is None:  # a name this run does not train: vLLM answers it as it is
+                return None, None, body
+            version, name = route
             self._in_flight[name] += 1
         return version, name, {**body, "model": name}
 
@@ -108,10 +137,11 @@ class VLLMUpstream(OpenAIUpstream):
         if retire is not None:  # a blocking HTTP call: off the event loop
             threading.Thread(target=retire, args=(name,), name="relight-vllm-retire", daemon=True).start()
 
-    def _versioned(self, answer: Json, version: int | None) -> Json:
+    @staticmethod
+    def _versioned(answer: Json, version: int | None, asked: str) -> Json:
         if version is not None:
             answer["policy_version"] = version
-            answer["model"] = self.model
+            answer["model"] = asked
         return answer
 
     async def _recovered(self, error: UpstreamError, generation: int) -> bool:
@@ -129,11 +159,12 @@ class VLLMUpstream(OpenAIUpstream):
 
     async def complete(self, endpoint: Endpoint, body: Json) -> Json:
         version, name, routed = self._enter(body)
+        asked = body.get("model") or self.model
         try:
             while True:
                 generation = self._generation()
                 try:
-                    return self._versioned(await OpenAIUpstream.complete(self, endpoint, routed), version)
+                    return self._versioned(await OpenAIUpstream.complete(self, endpoint, routed), version, asked)
                 except UpstreamError as error:
                     if not await self._recovered(error, generation):
                         raise
@@ -142,6 +173,7 @@ class VLLMUpstream(OpenAIUpstream):
 
     async def bursts(self, endpoint: Endpoint, body: Json) -> AsyncIterator[Iterator[Json]]:
         version, name, routed = self._enter(body)
+        asked = body.get("model") or self.model
         try:
             while True:
                 generation = self._generation()
@@ -149,7 +181,7 @@ class VLLMUpstream(OpenAIUpstream):
                 try:
                     async for burst in OpenAIUpstream.bursts(self, endpoint, routed):
                         started = True
-                        yield (self._versioned(chunk, version) for chunk in burst)
+                        yield (self._versioned(chunk, version, asked) for chunk in burst)
                     return
                 except UpstreamError as error:
                     if started or not await self._recovered(error, generation):
