@@ -15,6 +15,7 @@ it around every update):
   (``collective_rpc("reload_weights", weights_path=...)``); the folder becomes the one the server starts
   from, so a restarted server serves the latest version too.
 
+Both pushes are :class:`~relight_torch.vllm.serving.VLLMServing`'s, which relight-verl's CPU mode shares.
 A restarted server gets the current version loaded again before any call reaches it. Sampling is in
 bfloat16 (vLLM) and learning in float32: :class:`VLLMGRPO` corrects every sample with truncated importance
 sampling, since the engine is never the learner's own forward pass.
@@ -23,9 +24,7 @@ sampling, since the engine is never the learner's own forward pass.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
-import shutil
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -40,13 +39,11 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from relight.algorithm import UpstreamTarget
 from relight_torch.grpo import GRPO
 from relight_torch.models import model_name
-from relight_torch.vllm.admin import load_lora_adapter, reload_weights, unload_lora_adapter
 from relight_torch.vllm.server import VLLMServer, VLLMServerOptions
+from relight_torch.vllm.serving import VLLMServing
 from relight_torch.vllm.upstream import VLLMUpstream
 
 __all__ = ["VLLMGRPO", "LoraOptions", "VLLMPolicy"]
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -115,9 +112,15 @@ class VLLMPolicy:
         self.policy_version = 0
         self.push_seconds: list[float] = []
         """Wall time of each push, from the update's end to the new version serving."""
-        self.server: VLLMServer | None = None
-        self._upstream: VLLMUpstream | None = None
-        self._pushed: Path | None = None
+        self.serving = VLLMServing(
+            self.folder,
+            name=self.name,
+            url=url,
+            options=self.server_options,
+            python=python,
+            log_path=self.work_dir / "vllm-server.log",
+            label=label,
+        )
 
     def _learner_model(self) -> PreTrainedModel:
         base = AutoModelForCausalLM.from_pretrained(self.folder, dtype=torch.float32)
@@ -140,30 +143,22 @@ class VLLMPolicy:
     # -- serving ---------------------------------------------------------------------------------
 
     @property
+    def server(self) -> VLLMServer | None:
+        """The server relight runs (None before :meth:`start`, or attached to the user's)."""
+        return self.serving.server
+
+    @property
     def served_name(self) -> str:
-        return self._upstream.current[1] if self._upstream else self.name
+        return self.serving.served_name
 
     def start(self) -> VLLMUpstream:
         """Start the server (unless attached to ``url``) and return the gateway's upstream; idempotent."""
-        if self._upstream is not None:
-            return self._upstream
-        if self.url is None:
-            self.server = VLLMServer(
-                self._pushed if self._pushed and self.lora is None else self.folder,
-                served_name=self.name,
-                python=self.python,
-                options=self.server_options,
-                log_path=self.work_dir / "vllm-server.log",
-            )
-            self.server.on_restart.append(self._reload_current)
-            self.server.start()
-            base_url = self.server.base_url
-        else:
-            base_url = self.url.rstrip("/")
-        self._upstream = VLLMUpstream(base_url, model=self.name, server=self.server)
+        if self.serving.started:
+            return self.serving.upstream
+        upstream = self.serving.start()
         if self.policy_version > 0:  # resumed from a checkpoint before the server ran
             self._push(self.policy_version)
-        return self._upstream
+        return upstream
 
     @property
     def upstream(self) -> VLLMUpstream:
@@ -171,16 +166,12 @@ class VLLMPolicy:
 
     @property
     def root_url(self) -> str:
-        upstream = self.start()
-        base = upstream.name
-        return base[: -len("/v1")] if base.endswith("/v1") else base
+        self.start()
+        return self.serving.root_url
 
     def close(self) -> None:
         """Stop the server relight started; the user's own server is left running."""
-        if self.server is not None:
-            self.server.stop()
-            self.server = None
-        self._upstream = None
+        self.serving.close()
 
     # -- pushing ---------------------------------------------------------------------------------
 
@@ -199,41 +190,16 @@ class VLLMPolicy:
         self.push_seconds.append(time.perf_counter() - started)
 
     def _push(self, version: int) -> None:
-        upstream = self.start()
+        self.start()
         if self.lora is not None:
-            folder = self.work_dir / f"{self.label}-v{version}"
+            folder = self.work_dir / self.serving.adapter_name(version)
             self.model.save_pretrained(folder)
-            name = f"{self.label}-v{version}"
-            load_lora_adapter(self.root_url, name, folder)
-            upstream.route(version, name, retire=self._retire)
+            self.serving.push_adapter(version, folder)
         else:
             folder = self.work_dir / f"full-v{version}"
             self.model.save_pretrained(folder, safe_serialization=True)
             self.tokenizer.save_pretrained(folder)
-            reload_weights(self.root_url, folder)
-            upstream.route(version, self.name)
-            if self.server is not None:
-                self.server.model = str(folder)  # a restart starts from the latest version
-            if self._pushed is not None and self._pushed != folder:
-                shutil.rmtree(self._pushed, ignore_errors=True)
-        self._pushed = folder
-
-    def _retire(self, name: str) -> None:
-        """Unload a version no call uses any more, and delete its files (the base model stays)."""
-        if name == self.name:
-            return
-        try:
-            unload_lora_adapter(self.root_url, name)
-        except Exception:
-            logger.exception("relight: could not unload the adapter %s from vLLM", name)
-        shutil.rmtree(self.work_dir / name, ignore_errors=True)
-
-    def _reload_current(self) -> None:
-        """After a restart: load the current version into the new process before calls reach it."""
-        if self.lora is not None and self._pushed is not None and self._upstream is not None:
-            _, name = self._upstream.current
-            assert self.server is not None
-            load_lora_adapter(self.server.root_url, name, self._pushed)
+            self.serving.push_full(version, folder)
 
 
 class VLLMGRPO(GRPO):
@@ -279,7 +245,7 @@ class VLLMGRPO(GRPO):
         self.learner.load_state_dict(state["learner"])
         self.rng.setstate(state["rng"])
         self.policy.policy_version = int(state["policy_version"])
-        if self.policy._upstream is not None and self.policy.policy_version > 0:
+        if self.policy.serving.started and self.policy.policy_version > 0:
             self.policy._push(self.policy.policy_version)
 
     def close(self) -> None:
