@@ -118,6 +118,8 @@ class VLLMServing:
         """Serve the peft adapter in ``folder`` as ``version``; returns the name it is served under."""
         upstream = self.start()
         name = self.adapter_name(version)
+        if name in self._adapters:  # the same version again (a checkpoint loaded): no call uses it, the gateway drained
+            unload_lora_adapter(self.root_url, name)
         load_lora_adapter(self.root_url, name, folder)
         self._adapters[name] = Path(folder)
         upstream.route(version, name, retire=self._retire)
