@@ -117,7 +117,7 @@ class ServedPolicy:
             timeout=120,
         )
         answer.raise_for_status()
-        scored = answer.json()["prompt_logprobs"][len(prompt_ids) :]
+        scored = answer.json()["choices"][0]["prompt_logprobs"][len(prompt_ids) :]
         return [entry[str(token)]["logprob"] for entry, token in zip(scored, response_ids, strict=True)]
 
     def probe(self) -> list[float]:

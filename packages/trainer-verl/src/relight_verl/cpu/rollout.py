@@ -72,13 +72,14 @@ class VLLMReplica(RolloutReplica):
         from relight_torch.vllm import VLLMServerOptions, VLLMServing
 
         options = engine_options(self.config)
-        model = self.model_config.local_path or self.model_config.path
+        model = _model_folder(self.model_config)
         name = options.get("served_model_name") or self.model_config.path
         folder = weights_folder(self.config, self.replica_rank)
+        folder.parent.mkdir(parents=True, exist_ok=True)
         server = VLLMServerOptions(
             dtype=options.get("dtype", "float32"),
             max_model_len=int(self.config.max_model_len or 4096),
-            max_lora_rank=_server_lora_rank(int(self.model_config.lora_rank or 0)),
+            max_lora_rank=_server_lora_rank(int(_field(self.model_config, "lora_rank") or 0)),
             kv_cache_gib=int(options.get("kv_cache_gib", 1)),
             seed=int(options.get("seed", 0)),
         )
@@ -119,6 +120,16 @@ def serve_written_weights(replicas: list[Any], version: int) -> None:
     for replica in replicas:
         if isinstance(replica, VLLMReplica):
             replica.serve(version)
+
+
+def _field(config: Any, key: str) -> Any:
+    """A field of verl's model config, whether a DictConfig (the driver's) or verl's dataclass (a worker's)."""
+    return config.get(key, None) if hasattr(config, "get") else getattr(config, key, None)
+
+
+def _model_folder(model_config: Any) -> str:
+    """The local folder verl loads the model from (a hub id's local copy, or the path itself)."""
+    return str(_field(model_config, "local_path") or _field(model_config, "path"))
 
 
 def _server_lora_rank(rank: int) -> int:
@@ -170,7 +181,7 @@ class ServerAdapter(BaseRollout):
         if peft_config is not None:
             _write_adapter(writing, named, peft_config)
         else:
-            _write_full(writing, named, Path(self.model_config.local_path or self.model_config.path))
+            _write_full(writing, named, Path(_model_folder(self.model_config)))
         shutil.rmtree(folder, ignore_errors=True)
         os.replace(writing, folder)  # the driver never sees half a version
 
