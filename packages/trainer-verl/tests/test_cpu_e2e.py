@@ -233,3 +233,39 @@ def test_a_stopped_fit_resumes_through_verls_resume_path_with_relights_step_besi
     assert "from step 1" in output.getvalue()
     assert [entry["step"] for entry in history] == [1, 2, 3]
     assert [entry["policy_version"] for entry in history] == [1, 2, 3]
+
+
+def test_a_lora_actor_is_served_as_one_vllm_adapter_per_version(tiny_llama: Path, tmp_path: Path) -> None:
+    """With ``lora_rank`` the actor trains peft adapters and verl syncs them unmerged: vLLM serves each
+    version as an adapter of its own, calls go to the newest, and the older ones are unloaded."""
+    algorithm = VerlAlgorithm(
+        device="cpu",
+        model=str(tiny_llama),
+        served_model_name="tiny",
+        mini_batch_size=4,
+        micro_batch_size_per_gpu=4,
+        max_prompt_length=64,
+        max_response_length=12,
+        lr=5e-2,
+        lora_rank=8,
+        lora_alpha=16,
+        checkpoint_dir=str(tmp_path / "checkpoints"),
+        resume="disable",
+        loggers=(),
+        overrides=("ray_kwargs.ray_init.num_cpus=4", "actor_rollout_ref.actor.optim.weight_decay=0"),
+    )
+    try:
+        algorithm.start()
+        served = ServedPolicy(algorithm)
+        assert served.upstream.current == (0, "policy-v0")
+        history = relight.Trainer(
+            algorithm=algorithm, batch_size=1, n_samples=4, console=Console(file=io.StringIO())
+        ).fit(agent, TASKS[:2])
+        assert [entry["policy_version"] for entry in history] == [1, 2]
+        assert served.upstream.current == (2, "policy-v2")
+        for before, after in itertools.pairwise(served.probes):
+            assert after != pytest.approx(before, abs=1e-5)
+        models = httpx.get(f"{served.upstream.name}/models", timeout=30).json()
+        assert {model["id"] for model in models["data"]} == {"tiny", "policy-v2"}  # v0 and v1 unloaded
+    finally:
+        algorithm.close()
