@@ -197,9 +197,13 @@ def _write_full(folder: Path, tensors: dict[str, torch.Tensor], model: Path) -> 
             shutil.copy2(path, folder / path.name)
 
 
-def _write_adapter(folder: Path, tensors: dict[str, torch.Tensor], peft_config: Any) -> None:
-    """A peft adapter folder: ``adapter_config.json`` and ``adapter_model.safetensors``, as peft saves one."""
+def _write_adapter(folder: Path, tensors: dict[str, torch.Tensor], peft_config: Mapping[str, Any]) -> None:
+    """A peft adapter folder: ``adapter_config.json`` and ``adapter_model.safetensors``, as peft saves one.
+
+    verl hands the adapter's config over as ``LoraConfig.to_dict()``; peft makes it a config again.
+    """
+    from peft import PeftConfig
     from safetensors.torch import save_file
 
-    peft_config.save_pretrained(str(folder))
+    PeftConfig.from_peft_type(**peft_config).save_pretrained(str(folder))
     save_file(tensors, str(folder / "adapter_model.safetensors"), metadata={"format": "pt"})
