@@ -229,7 +229,13 @@ class RelightPPOTrainer(RayPPOTrainer):
     # -- checkpoints, in verl's layout ------------------------------------------------------------
 
     def save(self, root: Path) -> Path:
-        """Save actor (and critic) under ``root/global_step_N``; the replicas sleep meanwhile."""
+        """Save actor (and critic) under ``root/global_step_N``; the replicas sleep meanwhile.
+
+        On the CPU nothing sleeps and the served weights are already these: the vLLM servers go on
+        serving (the gateway may have resumed), with nothing pushed again.
+        """
+        if self.config.trainer.device == "cpu":
+            return self._save_asleep(root)
         self.checkpoint_manager.sleep_replicas()
         folder = self._save_asleep(root)
         self._sync_weights()
