@@ -23,7 +23,6 @@ sampling, since the engine is never the learner's own forward pass.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import tempfile
 import time
@@ -40,7 +39,7 @@ from relight.algorithm import UpstreamTarget
 from relight_torch.grpo import GRPO
 from relight_torch.models import model_name
 from relight_torch.vllm.server import VLLMServer, VLLMServerOptions
-from relight_torch.vllm.serving import VLLMServing
+from relight_torch.vllm.serving import VLLMServing, with_tool_rendering
 from relight_torch.vllm.upstream import VLLMUpstream
 
 __all__ = ["VLLMGRPO", "LoraOptions", "VLLMPolicy"]
@@ -94,10 +93,8 @@ class VLLMPolicy:
         self.url = url
         self.tokenizer = AutoTokenizer.from_pretrained(self.folder)
         options = server or VLLMServerOptions(seed=seed)
-        if options.chat_template is None and "tools" not in str(self.tokenizer.chat_template or ""):
-            # SmolLM2's ChatML renders no tools: serve it with the hermes rendering TorchEngine uses.
-            options = dataclasses.replace(options, chat_template=str(Path(__file__).with_name("chatml_tools.jinja")))
-        self.server_options = options
+        # SmolLM2's ChatML renders no tools: serve it with the hermes rendering TorchEngine uses.
+        self.server_options = options = with_tool_rendering(options, str(self.tokenizer.chat_template or ""))
         if lora is not None and lora.rank > self.server_options.max_lora_rank:
             raise ValueError(
                 f"lora.rank={lora.rank} exceeds the server's max_lora_rank={self.server_options.max_lora_rank}"

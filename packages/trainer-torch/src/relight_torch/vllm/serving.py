@@ -19,6 +19,7 @@ torch: the learner writes the folders.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shutil
@@ -28,9 +29,18 @@ from relight_torch.vllm.admin import load_lora_adapter, reload_weights, unload_l
 from relight_torch.vllm.server import VLLMServer, VLLMServerOptions
 from relight_torch.vllm.upstream import VLLMUpstream
 
-__all__ = ["VLLMServing"]
+__all__ = ["VLLMServing", "with_tool_rendering"]
 
 logger = logging.getLogger(__name__)
+
+
+def with_tool_rendering(options: VLLMServerOptions, model_template: str | None) -> VLLMServerOptions:
+    """``options`` with the hermes ChatML rendering of tools as the chat template where the model's own
+    template (``model_template``) renders none (SmolLM2's), so that tool calls go to the model as
+    relight-torch's own engine sends them; a template given in ``options`` is kept."""
+    if options.chat_template is not None or "tools" in (model_template or ""):
+        return options
+    return dataclasses.replace(options, chat_template=str(Path(__file__).with_name("chatml_tools.jinja")))
 
 
 class VLLMServing:

@@ -69,7 +69,10 @@ class VLLMReplica(RolloutReplica):
                 f"the {NAME} rollout serves one process per replica: set tensor, data and pipeline "
                 f"parallel sizes of the rollout to 1 (got a world size of {self.world_size})"
             )
+        from transformers import AutoTokenizer
+
         from relight_torch.vllm import VLLMServerOptions, VLLMServing
+        from relight_torch.vllm.serving import with_tool_rendering
 
         options = engine_options(self.config)
         model = _model_folder(self.model_config)
@@ -83,6 +86,7 @@ class VLLMReplica(RolloutReplica):
             kv_cache_gib=int(options.get("kv_cache_gib", 1)),
             seed=int(options.get("seed", 0)),
         )
+        server = with_tool_rendering(server, str(AutoTokenizer.from_pretrained(model).chat_template or ""))
         self.serving = VLLMServing(
             model, name=name, options=server, log_path=folder.parent / f"vllm-server-{self.replica_rank}.log"
         )
