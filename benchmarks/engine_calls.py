@@ -17,6 +17,7 @@ step, and the prompt tokens the prefix cache served (``reused``) against those r
 (:mod:`relight_torch.vllm`; bf16, ``--enforce-eager`` unless ``--vllm-compiled``), over its OpenAI HTTP API
 with the calculator tool, as the gateway would send them. Its CPU column is this process's (the client's)
 only: the server's work is in its own processes. The torch engine runs in ``--modes``' first mode.
+A line on stderr says when each engine starts and what it gave when it ends, so a long run shows where it is.
 
     python benchmarks/engine_calls.py                                   # a table
     python benchmarks/engine_calls.py --engines torch vllm --agents 16  # TorchEngine against vLLM
@@ -183,15 +184,31 @@ def main() -> None:
     parser.add_argument("--vllm-compiled", action="store_true", help="let vLLM compile (slower start, faster calls)")
     parser.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
     args = parser.parse_args()
-    results: list[dict[str, Any]] = []
+    # Progress goes to stderr as each run ends (with --json its line is printed then, too): a long
+    # comparison shows where it is instead of staying silent until the table.
+    console = Console(stderr=True, markup=False, highlight=False)
+    runs: list[tuple[str, str]] = []
     if "torch" in args.engines:
         modes = args.modes if args.engines == ["torch"] else args.modes[:1]
-        results += [{"engine": "torch", **asyncio.run(measure(mode, args.agents))} for mode in modes]
+        runs += [("torch", mode) for mode in modes]
     if "vllm" in args.engines:
-        results.append(asyncio.run(measure_vllm(args.agents, compiled=args.vllm_compiled)))
+        runs.append(("vllm", "compiled" if args.vllm_compiled else "eager"))
+    results: list[dict[str, Any]] = []
+    for number, (engine, mode) in enumerate(runs, start=1):
+        console.print(f"[{number}/{len(runs)}] {engine} ({mode}): {args.agents} agents…")
+        if engine == "torch":
+            result = {"engine": "torch", **asyncio.run(measure(mode, args.agents))}
+        else:
+            result = asyncio.run(measure_vllm(args.agents, compiled=args.vllm_compiled))
+        results.append(result)
+        started = f", server up in {result['server_start_s']} s" if "server_start_s" in result else ""
+        console.print(
+            f"[{number}/{len(runs)}] {engine} ({mode}) done: {result['calls']} calls in {result['wall_s']} s, "
+            f"{result['tokens_per_s']} tokens/s, {result['calls_per_s']} calls/s{started}"
+        )
+        if args.json:
+            print(json.dumps(result), flush=True)
     if args.json:
-        for result in results:
-            print(json.dumps(result))
         return
     table = Table(title=f"engine_calls: {args.agents} calc-like agents on SmolLM2-135M")
     columns = ["engine", "mode", "calls", "wall_s", "tokens_per_s", "calls_per_s", "cpu_s_per_call", "rows_per_step"]

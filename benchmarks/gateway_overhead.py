@@ -8,7 +8,10 @@
   their event loops. Aim: under 0.5 ms added at p50. The long streamed reply (~50 chunks, all ready
   at once) shows what the gateway adds per chunk. ``gateway_cpu_ms_per_call`` is the CPU time of the
   gateway's thread per call (request, forwarding, answer, span): far less sensitive to other load on
-  the machine than the latencies, so compare it before and after a change on a busy machine.
+  the machine than the latencies, so compare it before and after a change on a busy machine. With
+  ``--policies`` the short calls are timed again through a gateway that routes each call to its role's
+  policy (several policies, one per role): the call names its role in its ``baggage`` header, and the
+  gateway sends it upstream as that policy; ``routed`` rows against the others are what routing adds.
 - ``loop``: ``Trainer.fit`` with the instant upstream and an algorithm that learns nothing, so
   everything else is measured: runners, real ``openai`` clients, gateway, store, transitions.
   ``rollouts_per_s`` counts rollouts of three calls each, from enqueue to transitions handed over,
@@ -47,6 +50,7 @@ Every part runs on relight's event loop (:mod:`relight._internal.loop`: uvloop w
     python benchmarks/gateway_overhead.py            # a table
     python benchmarks/gateway_overhead.py --json     # one JSON object per line
     python benchmarks/gateway_overhead.py --json --only loop   # only the loop's rows (also: latency, agent_alone)
+    python benchmarks/gateway_overhead.py --json --only latency --policies   # with the rows routed by role
 """
 
 from __future__ import annotations
@@ -89,12 +93,14 @@ def _percentile(samples: Sequence[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
-def _time_calls(direct_url: str, gateway_url: str, calls: int, stream: bool) -> tuple[list[float], list[float]]:
+def _time_calls(
+    direct_url: str, gateway_url: str, calls: int, stream: bool, headers: dict[str, str] | None = None
+) -> tuple[list[float], list[float]]:
     """Alternate direct and gateway calls (so drift in machine load hits both alike); seconds each."""
     body = {**REQUEST, "stream": stream}
     direct: list[float] = []
     through: list[float] = []
-    with httpx.Client(timeout=30) as client:
+    with httpx.Client(timeout=30, headers=headers) as client:
         for index in range(calls + 50):
             for url, samples in ((direct_url, direct), (gateway_url, through)):
                 began = time.perf_counter()
@@ -151,21 +157,31 @@ def _added(direct: list[float], through: list[float], via: str) -> dict[str, flo
     return result
 
 
-async def latency(calls: int, stream: bool, reply: str = "ok") -> dict[str, Any]:
+async def latency(calls: int, stream: bool, reply: str = "ok", *, routed: bool = False) -> dict[str, Any]:
+    """``routed``: the gateway has two policies, and each call names a role one of them serves (as an
+    agent's requests do in a run with ``Trainer(policies=...)``), so it is sent upstream as that policy."""
     store = InMemoryStore()
     await store.enqueue([RolloutRequest(input="bench")])
     claimed = await store.claim("bench")
     assert claimed is not None
     rollout, attempt = claimed
+    policies = {"writer": "write", "checker": "check"} if routed else None
+    headers = {"baggage": "relight.role=write_query"} if routed else None
     with ScriptedUpstream.instant(reply) as upstream:
-        async with Gateway(store, [upstream.base_url]) as gateway:
+        async with Gateway(store, [upstream.base_url], policies=policies, model=str(REQUEST["model"])) as gateway:
             url = gateway.base_url_for(rollout.rollout_id, attempt.attempt_id)
             cpu_began = time.thread_time()  # this thread runs the gateway (and its span writes), nothing else
-            direct, through = await asyncio.to_thread(_time_calls, upstream.base_url, url, calls, stream)
+            direct, through = await asyncio.to_thread(_time_calls, upstream.base_url, url, calls, stream, headers)
             await gateway.flush()
             cpu = time.thread_time() - cpu_began
     assert (await store.stats()).spans == calls + 50
-    result: dict[str, Any] = {"benchmark": "latency", "stream": stream, "reply_chars": len(reply), "calls": calls}
+    result: dict[str, Any] = {
+        "benchmark": "latency",
+        "stream": stream,
+        "routed": routed,
+        "reply_chars": len(reply),
+        "calls": calls,
+    }
     result.update(_added(direct, through, "gateway"))
     result["gateway_cpu_ms_per_call"] = cpu / (calls + 50) * 1e3
     return result
@@ -265,6 +281,11 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32, help="rollouts at once, over all runners (default 32)")
     parser.add_argument("--json", action="store_true", help="one JSON object per line instead of tables")
     parser.add_argument(
+        "--policies",
+        action="store_true",
+        help="also time the short calls through a gateway routing each call to its role's policy",
+    )
+    parser.add_argument(
         "--only",
         choices=("latency", "agent_alone", "loop"),
         help="run only this benchmark's rows (latency: and the bare forwarder's); needs --json",
@@ -280,6 +301,10 @@ def main() -> None:
         for stream, reply in ((False, "ok"), (True, "ok"), (True, LONG_REPLY)):
             with console.status(f"latency, stream={stream}, {len(reply)} characters…"):
                 results.append(_loop.run(latency(args.calls, stream, reply)))
+        if args.policies:
+            for stream in (False, True):
+                with console.status(f"latency with role routing, stream={stream}…"):
+                    results.append(_loop.run(latency(args.calls, stream, routed=True)))
         with console.status("a bare forwarder in the gateway's place…"):
             results.append(_loop.run(forwarder(args.calls)))
     if "agent_alone" in wanted:
@@ -303,7 +328,7 @@ def main() -> None:
     for r in (r for r in results if r["benchmark"] == "latency"):
         added = r["added_p50_ms"]
         table.add_row(
-            "chat, streamed" if r["stream"] else "chat",
+            ("chat, streamed" if r["stream"] else "chat") + (", routed by role" if r["routed"] else ""),
             f"{r['reply_chars']} chars",
             f"{r['direct_p50_ms']:.3f} ms",
             f"{r['gateway_p50_ms']:.3f} ms",

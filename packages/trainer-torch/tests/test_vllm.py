@@ -245,6 +245,79 @@ async def test_a_vllm_server_killed_mid_step_is_restarted_with_the_current_polic
     assert policy.served_name in _served_models(policy)
 
 
+class _UpdateWaitsForACall(VLLMGRPO):
+    """Its first update waits, mid-update, until an agent's call has been answered: a call that can only
+    be served if the gateway is not paused for the update."""
+
+    def __init__(self, policy: VLLMPolicy, **options: Any) -> None:
+        super().__init__(policy, **options)
+        self.updating = threading.Event()
+        self.answered = threading.Event()
+
+    def learn(self, transitions: Any) -> dict[str, float]:
+        if not self.updating.is_set():
+            self.updating.set()
+            if not self.answered.wait(timeout=600):
+                raise AssertionError("no call was answered while the update ran")
+        return super().learn(transitions)
+
+
+_LIVE: list[_UpdateWaitsForACall] = []
+"""The algorithm whose first update the ``"during_update"`` episodes wait for."""
+
+
+@relight.rollout
+async def _describe_during_update(task: dict[str, Any], llm: relight.LLM) -> float:
+    """With ``"during_update"``: one call, made once the first update has begun, and it must be answered."""
+    if not task.get("during_update"):
+        return await _describe(task, llm)
+    algorithm = _LIVE[0]
+    assert await asyncio.to_thread(algorithm.updating.wait, 600)
+    async with openai.AsyncOpenAI(base_url=llm.base_url, api_key=llm.api_key, max_retries=0) as client:
+        reply = await client.chat.completions.create(
+            model=llm.model, messages=[{"role": "user", "content": task["question"]}], max_tokens=16, temperature=1.0
+        )
+    algorithm.answered.set()
+    return len(set((reply.choices[0].message.content or "").split())) / 10
+
+
+@pytest.mark.slow
+async def test_live_updates_serve_calls_while_the_lora_update_runs(policy: VLLMPolicy, tmp_path: Path) -> None:
+    """``VLLMGRPO(live_updates=True)`` under ``Trainer(max_staleness=1)``: the gateway is not paused for the
+    update, so a call made while the first update runs is answered on the version it started on, and
+    its group is trained one version stale by the second update."""
+    algorithm = _UpdateWaitsForACall(policy, lr=2e-3, live_updates=True)
+    assert algorithm.live_updates
+    _LIVE[:] = [algorithm]
+    start = policy.policy_version
+    store = relight.open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    trainer = relight.Trainer(
+        algorithm, store=store, batch_size=1, n_samples=2, concurrency=4, max_staleness=1,
+        run_dir=tmp_path / "run", console=Console(file=io.StringIO()),
+    )  # fmt: skip
+    tasks = [{"question": "Name a fruit."}, {"question": "Name a colour.", "during_update": True}]
+    try:
+        history = await trainer.afit(_describe_during_update, tasks)
+        rollouts = await store.list_rollouts()
+        spans = {r.rollout_id: await _spans(store, r.rollout_id) for r in rollouts}  # type: ignore[arg-type]
+        during = [r.rollout_id for r in rollouts if isinstance(r.input, dict) and r.input.get("during_update")]
+    finally:
+        await store.close()
+        _LIVE.clear()
+    assert [int(row["policy_version"]) for row in history] == [start + 1, start + 2]
+    answered_during_update = [span for rollout_id in during for span in spans[rollout_id]]
+    assert len(answered_during_update) == 2
+    assert {span.attributes[semconv.POLICY_VERSION] for span in answered_during_update} == {start}
+    assert history[-1]["staleness_1"] > 0  # trained by the second update, one version behind
+    assert history[-1]["groups_dropped_stale"] == 0
+
+
+def test_live_updates_are_refused_for_full_weights(smollm2_path: Path) -> None:
+    full = VLLMPolicy(smollm2_path, lora=None, url="http://127.0.0.1:9/v1")  # never reached
+    with pytest.raises(ValueError, match="live_updates=True needs LoRA"):
+        VLLMGRPO(full, live_updates=True)
+
+
 @pytest.mark.slow
 async def test_full_weights_are_pushed_through_reload_weights_into_a_server_the_user_runs(
     policy: VLLMPolicy, smollm2_path: Path, tmp_path: Path

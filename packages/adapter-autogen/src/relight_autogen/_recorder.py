@@ -5,7 +5,8 @@
 ``LLMStreamStartEvent`` at the first chunk and an ``LLMStreamEndEvent`` at the last. AgentChat logs
 an agent's ``ToolCallRequestEvent`` and ``ToolCallExecutionEvent`` at DEBUG on its own event
 logger; a handoff is one of those tool calls (``transfer_to_<agent>``), recorded as a handoff span too.
-Each event is logged on the agent's task, so the attempt it belongs to is the current one.
+Each event is logged on the agent's task, so the attempt it belongs to is the current one. The call's
+request names its role to the gateway from the same context, read as the call is made (:func:`current_role`).
 """
 
 from __future__ import annotations
@@ -18,18 +19,19 @@ from typing import Any
 
 from autogen_agentchat import EVENT_LOGGER_NAME as AGENTCHAT_EVENT_LOGGER_NAME
 from autogen_agentchat.messages import HandoffMessage, ToolCallExecutionEvent, ToolCallRequestEvent
-from autogen_core import EVENT_LOGGER_NAME
+from autogen_core import EVENT_LOGGER_NAME, MessageHandlerContext
 from autogen_core.logging import LLMCallEvent, LLMStreamEndEvent, LLMStreamStartEvent
 from opentelemetry import trace
 from opentelemetry.trace import Span
 
 from relight import semconv
+from relight.tracing.call_role import add_role_source, remove_role_source
 from relight.tracing.context import AttemptRef, current_attempt
 from relight.tracing.instrumentation import guarded
 from relight.tracing.roles import end_role_span, end_tool_span, record_handoff, start_role_span, start_tool_span
 from relight_autogen._tap import LogTap
 
-__all__ = ["Recorder", "role_of"]
+__all__ = ["Recorder", "current_role", "role_of"]
 
 FRAMEWORK = "autogen"
 _TEAM_SUFFIX = re.compile(r"_[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
@@ -51,6 +53,21 @@ def role_of(agent_id: str | None) -> str:
     return name if isinstance(name, str) and name else "agent"
 
 
+def current_role() -> str | None:
+    """The role of a model call made now: the agent handling a message in a team, else the agent whose
+    span is current; None outside any agent. AutoGen reports a call only once it has returned, so this is
+    how the call's request names its role to the gateway (:mod:`relight.tracing.call_role`)."""
+    if current_attempt() is None:
+        return None
+    try:
+        agent_id: str | None = str(MessageHandlerContext.agent_id())
+    except RuntimeError:  # not inside a message handler: a lone agent
+        agent_id = None
+    if agent_id is None and not getattr(trace.get_current_span(), "attributes", None):
+        return None
+    return role_of(agent_id)
+
+
 class Recorder:
     """Taps AutoGen's event loggers while attached."""
 
@@ -65,10 +82,12 @@ class Recorder:
     def attach(self) -> None:
         for tap in self._taps:
             tap.attach()
+        add_role_source(current_role)
 
     def detach(self) -> None:
         for tap in self._taps:
             tap.detach()
+        remove_role_source(current_role)
 
     @guarded
     def _on_model_event(self, record: logging.LogRecord) -> None:

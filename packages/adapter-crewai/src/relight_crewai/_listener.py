@@ -4,6 +4,10 @@ The bus runs synchronous handlers on a thread pool, each in a copy of the emitti
 the rollout attempt (a context variable) is the emitter's, but a call's start and end handlers may
 run in either order. So each start waits for its end (or the end for its start), and whichever
 handler comes second records one span from the first event's timestamp to the second's.
+
+Those handlers run too late and elsewhere to name a call's role to the gateway as the call is made;
+CrewAI's ``before_llm_call`` hooks run in the agent's own context just before each call, so one
+names the agent's role there (:mod:`relight.tracing.call_role`) and an ``after_llm_call`` hook stops it.
 """
 
 from __future__ import annotations
@@ -23,8 +27,16 @@ from crewai.events import (
     crewai_event_bus,
 )
 from crewai.events.base_events import BaseEvent
+from crewai.hooks.llm_hooks import (
+    LLMCallHookContext,
+    register_after_llm_call_hook,
+    register_before_llm_call_hook,
+    unregister_after_llm_call_hook,
+    unregister_before_llm_call_hook,
+)
 from opentelemetry.trace import Status, StatusCode
 
+from relight.tracing.call_role import call_ended, call_starts
 from relight.tracing.context import current_attempt
 from relight.tracing.instrumentation import guarded
 from relight.tracing.roles import end_role_span, end_tool_span, start_role_span, start_tool_span
@@ -54,10 +66,14 @@ class EventListener:
     def attach(self) -> None:
         for event_type, handler in self._handlers:
             crewai_event_bus.on(event_type)(handler)
+        register_before_llm_call_hook(_name_the_role)
+        register_after_llm_call_hook(_stop_naming_the_role)
 
     def detach(self) -> None:
         for event_type, handler in self._handlers:
             crewai_event_bus.off(event_type, handler)
+        unregister_before_llm_call_hook(_name_the_role)
+        unregister_after_llm_call_hook(_stop_naming_the_role)
         with self._lock:
             self._waiting.clear()
 
@@ -86,6 +102,25 @@ class EventListener:
                 self._waiting[key] = event
                 return None
         return (event, other) if started else (other, event)
+
+
+def _agent_role(context: LLMCallHookContext) -> str | None:
+    role = getattr(context.agent, "role", None)
+    return role if isinstance(role, str) and role else None
+
+
+@guarded
+def _name_the_role(context: LLMCallHookContext) -> None:
+    """Before a call: its request names the calling agent's role (None returned: the call goes on)."""
+    if current_attempt() is not None and (role := _agent_role(context)) is not None:
+        call_starts(role)
+
+
+@guarded
+def _stop_naming_the_role(context: LLMCallHookContext) -> None:
+    """After a call: later requests of this context no longer name its role (None: the response is kept)."""
+    if (role := _agent_role(context)) is not None:
+        call_ended(role)
 
 
 def _record_llm_call(

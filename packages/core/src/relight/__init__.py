@@ -17,6 +17,7 @@ from relight.errors import (
 )
 from relight.hookspecs import hookimpl
 from relight.plugins import open_store, plugin_manager
+from relight.policies import Policy
 from relight.records import (
     Attempt,
     AttemptStatus,
@@ -32,6 +33,7 @@ from relight.records import (
 )
 from relight.runners.runner import Runner
 from relight.store import Store
+from relight.tracing.call_role import role
 from relight.tracing.context import AttemptRef, attempt_scope, current_attempt
 from relight.tracing.instrumentation import Instrumentor, instrument, uninstrument
 from relight.tracing.otel import emit_annotation, emit_reward
@@ -54,6 +56,7 @@ __all__ = [
     "Mode",
     "NotFoundError",
     "PluginError",
+    "Policy",
     "RelightError",
     "Resources",
     "Rollout",
@@ -78,6 +81,7 @@ __all__ = [
     "instrument",
     "open_store",
     "plugin_manager",
+    "role",
     "rollout",
     "uninstrument",
 ]

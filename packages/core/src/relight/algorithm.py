@@ -17,20 +17,36 @@ An algorithm that can be updated while its policy serves calls (relight-torch's
 ``GRPO(live_updates=True)``, whose engine swaps the weights between two generation steps) says so
 with a true ``live_updates`` attribute; asynchronous training (``Trainer(max_staleness=k)``, see
 :mod:`relight.training.async_loop`) then updates it without pausing the gateway. Any other is paused for.
+
+An algorithm that trains several policies, one per role (``Trainer(policies=...)``, see
+:mod:`relight.policies`), has two more members, outside the protocol because one-policy algorithms need
+neither:
+
+- ``set_policies(policies: Mapping[str, relight.Policy]) -> None``, called once before
+  :meth:`Algorithm.upstreams` (and before a checkpoint is loaded): from then on its upstreams serve
+  each policy under the policy's name as the request's ``model`` (the gateway puts it there), and the
+  request's model name as given (:attr:`Algorithm.model`) is the base model. ``Trainer(policies=...)``
+  raises a TypeError for an algorithm without it.
+- ``policy_versions: Mapping[str, int]``, each policy's version (+1 after each update that changed that
+  policy's weights); :attr:`Algorithm.policy_version` stays one int that changes whenever any of them
+  does (their sum). :meth:`Algorithm.update` gets every policy's transitions (each names its
+  ``policy``) and returns metrics per policy under ``"<metric>/<policy>"`` keys (``"loss/writer"``,
+  ``"reward/writer"``, ``"policy_version/writer"``), which the run folder, trackers and dashboard show
+  per policy.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 
 from pydantic import JsonValue
 
 from relight.engine import Engine
 from relight.records import Transition
 
-__all__ = ["Algorithm", "UpstreamTarget"]
+__all__ = ["Algorithm", "UpstreamTarget", "policy_versions"]
 
 UpstreamTarget = Engine | str
 """Where the policy is served: an in-process engine, or an OpenAI-compatible base URL (``http://host:8000/v1``)."""
@@ -79,3 +95,11 @@ class Algorithm(Protocol):
     def load(self, directory: Path) -> None:
         """Restore the state :meth:`save` wrote, so training resumes where it stopped."""
         ...
+
+
+def policy_versions(algorithm: object) -> Mapping[str, int] | None:
+    """Each policy's version, for an algorithm that trains several (its ``policy_versions``); None otherwise."""
+    versions = getattr(algorithm, "policy_versions", None)
+    if not isinstance(versions, Mapping):
+        return None
+    return {str(name): int(version) for name, version in cast(Mapping[object, int], versions).items()}

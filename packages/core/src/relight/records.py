@@ -264,6 +264,8 @@ class Transition(_Record):
     step: int = Field(ge=0)
     """Index of the call within its attempt, in the order the calls were made."""
     role: str | None = None
+    policy: str | None = None
+    """The policy that trains it, in a run with several policies (``Trainer(policies=...)``); None otherwise."""
     prompt_token_ids: list[TokenId] = Field(min_length=1)
     response_token_ids: list[TokenId]
     response_logprobs: list[float] | None = None

@@ -3,7 +3,8 @@
 The queue of rollouts, the attempts that workers claim and keep alive, the spans they emit and the
 resources the trainer publishes all live behind it. Every method is async so that one event loop
 can drive runners, the gateway and the trainer together; every backend passes the conformance
-suite in :mod:`relight_testing`.
+suite in :mod:`relight_testing`. Rollouts usually enter through the queue (:meth:`Store.enqueue`);
+work that ran elsewhere is recorded without it (:meth:`Store.record_rollouts`).
 """
 
 from __future__ import annotations
@@ -41,6 +42,25 @@ class Store(Protocol):
 
     async def enqueue(self, requests: Sequence[RolloutRequest]) -> list[Rollout]:
         """Queue rollouts in order. A request whose ``rollout_id`` already exists returns the stored one."""
+        ...
+
+    async def record_rollouts(
+        self,
+        requests: Sequence[RolloutRequest],
+        *,
+        worker_id: str,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    ) -> list[tuple[Rollout, Attempt]]:
+        """Record rollouts that ran elsewhere: each is stored running, its one attempt already started by
+        ``worker_id``, and never queued, so no runner can claim it.
+
+        For work done outside the queue (traces imported from another system): the caller adds the
+        attempt's spans, then ends it with :meth:`finish_attempt`, as a worker does after a claim, and
+        may heartbeat it meanwhile. A recorded rollout is never retried (its ``max_attempts`` is 1):
+        an attempt whose lease runs out fails it. All or nothing per call: a ``rollout_id`` that
+        already exists (or repeats within the call) raises
+        :class:`relight.errors.InvalidStateError` and nothing is stored.
+        """
         ...
 
     async def claim(

@@ -7,7 +7,7 @@ import json
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 
 import httpx
@@ -24,8 +24,13 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from relight import open_store
 from relight._internal.server import AsgiServer
 from relight.otlp import ImportOptions, create_otlp_app
-from relight.records import RolloutRequest, RolloutStatus, SpanKind
+from relight.records import Attempt, AttemptStatus, Rollout, RolloutRequest, RolloutStatus, SpanKind
+from relight.store import DEFAULT_LEASE_SECONDS
+from relight.stores.http import HttpStore
+from relight.stores.http.server import running_server
 from relight.stores.memory import InMemoryStore
+from relight.stores.sqlite import SqliteStore
+from relight_testing.store import SETTLE
 
 TRACE = "5b8efff798038103d269b633813fc60c"
 LLM_ATTRIBUTES = {
@@ -194,15 +199,73 @@ def test_a_trace_becomes_a_rollout_and_later_spans_join_it(served: tuple[AsgiSer
     assert spans["1111111111111111-reward-0"].attributes["relight.reward"] == 1.0
 
 
-def test_it_will_not_take_a_runners_queued_work(served: tuple[AsgiServer, InMemoryStore]) -> None:
+def test_traces_import_into_the_store_runners_share_and_leave_their_work_to_them(tmp_path: Path) -> None:
+    """The receiver and a runner share one store server (on SQLite), as in production beside training."""
+    with running_server(SqliteStore(tmp_path / "training.db")) as store_url:
+
+        async def scenario() -> None:
+            runner, imports = HttpStore(store_url), HttpStore(store_url)
+            try:
+                async with (
+                    AsgiServer(create_otlp_app(imports, ImportOptions(reward_attribute="app.reward"))) as receiver,
+                    httpx.AsyncClient() as exporter,
+                ):
+                    work = await runner.enqueue([RolloutRequest(input={"task": i}) for i in range(3)])
+                    first = await runner.claim("runner-1")
+                    assert first is not None
+                    waiting = asyncio.create_task(runner.claim("runner-1", timeout=SETTLE))
+                    for trace in ("1" * 32, "2" * 32):
+                        request = ExportTraceServiceRequest()
+                        _span(request, "00f067aa0ba902b7", trace=trace, **LLM_ATTRIBUTES, **{"app.reward": 1.0})
+                        response = await exporter.post(
+                            f"{receiver.url}/v1/traces",
+                            content=request.SerializeToString(),
+                            headers={"content-type": "application/x-protobuf"},
+                        )
+                        assert response.status_code == 200, response.content
+                    second = await asyncio.wait_for(waiting, SETTLE)
+                    assert second is not None
+                    claimed = [first, second]
+                    while (claim := await runner.claim("runner-1")) is not None:
+                        claimed.append(claim)
+                    assert [(r.rollout_id, a.worker_id) for r, a in claimed] == [
+                        (rollout.rollout_id, "runner-1") for rollout in work
+                    ]
+                    imported = [r for r in await runner.list_rollouts() if r.metadata.get("source") == "otlp"]
+                    assert [r.rollout_id for r in imported] == [f"otlp-{'1' * 32}", f"otlp-{'2' * 32}"]
+                    for rollout in imported:
+                        assert rollout.status is RolloutStatus.SUCCEEDED
+                        (attempt,) = await runner.list_attempts(rollout.rollout_id)
+                        assert (attempt.worker_id, attempt.status) == ("relight-otlp", AttemptStatus.SUCCEEDED)
+                        spans = await runner.query_spans(rollout.rollout_id, attempt.attempt_id)
+                        assert sorted(span.kind for span in spans) == [SpanKind.LLM, SpanKind.REWARD]
+                    running = await runner.list_rollouts(status=RolloutStatus.RUNNING)
+                    assert [r.rollout_id for r in running] == [r.rollout_id for r in work]
+            finally:
+                await runner.close()
+                await imports.close()
+
+        asyncio.run(scenario())
+
+
+def test_a_trace_whose_rollout_id_another_rollout_holds_is_refused(served: tuple[AsgiServer, InMemoryStore]) -> None:
     server, store = served
-    server.call(store.enqueue([RolloutRequest(input="a task for a runner")]))
+    (taken,) = server.call(store.enqueue([RolloutRequest(input="a task for a runner", rollout_id=f"otlp-{TRACE}")]))
     request = ExportTraceServiceRequest()
     _span(request, "00f067aa0ba902b7", **LLM_ATTRIBUTES)
     response = _post(server, request.SerializeToString(), "application/x-protobuf")
     assert response.status_code == 409
-    assert server.call(store.list_rollouts(status=RolloutStatus.QUEUED))[0].input == "a task for a runner"
+    from google.rpc import status_pb2
+
+    status = status_pb2.Status.FromString(response.content)
+    assert status.code == 6  # ALREADY_EXISTS
+    assert f"otlp-{TRACE}" in status.message
+    assert "not imported from traces" in status.message
+    assert server.call(store.list_rollouts()) == [taken]
     assert server.call(store.stats()).spans == 0
+    claimed = server.call(store.claim("runner"))
+    assert claimed is not None
+    assert claimed[0] == taken.model_copy(update={"status": RolloutStatus.RUNNING, "attempt_count": 1})
 
 
 def test_without_opentelemetry_proto_it_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -283,3 +346,44 @@ def test_a_span_sent_again_is_stored_once_and_a_changed_one_is_refused(
     response = _post(server, changed.SerializeToString(), "application/x-protobuf")
     assert response.status_code == 400
     assert server.call(store.stats()).spans == 1
+
+
+class _AnotherReceiverFirst(InMemoryStore):
+    """A store where, once, another receiver's import lands just before this receiver records its rollouts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first: Callable[[], Awaitable[object]] | None = None
+
+    async def record_rollouts(
+        self, requests: Sequence[RolloutRequest], *, worker_id: str, lease_seconds: float = DEFAULT_LEASE_SECONDS
+    ) -> list[tuple[Rollout, Attempt]]:
+        first, self.first = self.first, None
+        if first is not None:
+            await first()
+        return await super().record_rollouts(requests, worker_id=worker_id, lease_seconds=lease_seconds)
+
+
+async def test_two_receivers_importing_one_trace_at_once_make_one_rollout() -> None:
+    store = _AnotherReceiverFirst()
+    ours, theirs = ExportTraceServiceRequest(), ExportTraceServiceRequest()
+    _span(ours, "00f067aa0ba902b7", **LLM_ATTRIBUTES)
+    _span(theirs, "1111111111111111", **LLM_ATTRIBUTES)
+    async with (
+        AsgiServer(create_otlp_app(store)) as one,
+        AsgiServer(create_otlp_app(store)) as other,
+        httpx.AsyncClient(headers={"content-type": "application/x-protobuf"}) as exporter,
+    ):
+        answers: list[httpx.Response] = []
+
+        async def other_receiver_first() -> None:
+            answers.append(await exporter.post(f"{other.url}/v1/traces", content=theirs.SerializeToString()))
+
+        store.first = other_receiver_first
+        answers.append(await exporter.post(f"{one.url}/v1/traces", content=ours.SerializeToString()))
+    assert [answer.status_code for answer in answers] == [200, 200]
+    (rollout,) = await store.list_rollouts()
+    assert (rollout.rollout_id, rollout.status) == (f"otlp-{TRACE}", RolloutStatus.SUCCEEDED)
+    (attempt,) = await store.list_attempts(rollout.rollout_id)
+    spans = await store.query_spans(rollout.rollout_id, attempt.attempt_id)
+    assert [span.span_id for span in spans] == ["1111111111111111", "00f067aa0ba902b7"]

@@ -1,20 +1,23 @@
 import asyncio
 import logging
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import httpx
 import pytest
 
 from relight import open_store
+from relight._internal.retry import RetryPolicy
+from relight._internal.server import AsgiServer
 from relight.errors import ConfigError, StoreError
 from relight.records import Attempt, AttemptStatus, Mode, Rollout, RolloutRequest, RolloutStatus
 from relight.store import DEFAULT_LEASE_SECONDS, Store
 from relight.stores.http import HttpStore
-from relight.stores.http.server import check_exposure, running_server
+from relight.stores.http.server import check_exposure, create_app, running_server
 from relight.stores.memory import InMemoryStore
 from relight.stores.sqlite import SqliteStore
+from relight_testing.faults import DroppingProxy
 from relight_testing.store import SETTLE, ManualClock, StoreConformance, make_span
 
 
@@ -220,3 +223,94 @@ async def test_open_store_by_url(tmp_path: Path) -> None:
             await http.close()
     assert isinstance(memory, Store)
     assert isinstance(sqlite, Store)
+
+
+async def test_bad_records_get_4xx_in_the_apis_shape_and_store_nothing() -> None:
+    store = InMemoryStore()
+    await store.enqueue([RolloutRequest(input="a runner's task", rollout_id="ro-taken")])
+    good = {"input": {"trace": "t"}, "rollout_id": "ro-new"}
+    with running_server(store) as url:
+        async with httpx.AsyncClient(base_url=url) as raw:
+            no_worker = await raw.post("/v1/rollouts/recorded", json={"requests": [good]})
+            empty_worker = await raw.post("/v1/rollouts/recorded", json={"requests": [good], "worker_id": ""})
+            bad_request = await raw.post(
+                "/v1/rollouts/recorded", json={"requests": [{**good, "max_attempts": 0}], "worker_id": "importer"}
+            )
+            bad_lease = await raw.post(
+                "/v1/rollouts/recorded", json={"requests": [good], "worker_id": "importer", "lease_seconds": 0}
+            )
+            taken = await raw.post(
+                "/v1/rollouts/recorded",
+                json={"requests": [good, {"input": None, "rollout_id": "ro-taken"}], "worker_id": "importer"},
+            )
+            rollouts = await raw.get("/v1/rollouts")
+    for reply, field in (
+        (no_worker, "body.worker_id"),
+        (empty_worker, "body.worker_id"),
+        (bad_request, "body.requests.0.max_attempts"),
+    ):
+        assert (reply.status_code, reply.json()["error"]) == (422, "ValidationError")
+        assert field in reply.json()["detail"]
+    assert (bad_lease.status_code, bad_lease.json()["error"]) == (422, "ConfigError")
+    assert "lease_seconds" in bad_lease.json()["detail"]
+    assert (taken.status_code, taken.json()["error"]) == (409, "InvalidStateError")
+    assert "ro-taken" in taken.json()["detail"]
+    assert [rollout["rollout_id"] for rollout in rollouts.json()] == ["ro-taken"]
+
+
+async def test_a_record_whose_reply_is_lost_is_recorded_once() -> None:
+    store = InMemoryStore()
+    async with AsgiServer(create_app(store)) as server, DroppingProxy(server.url) as proxy:
+        proxy.drop("/v1/rollouts/recorded", when="after")
+        client = HttpStore(proxy.url, retry=RetryPolicy(base_seconds=0.01))
+        try:
+            ((rollout, attempt),) = await client.record_rollouts(
+                [RolloutRequest(input={"trace": "t"})], worker_id="importer"
+            )
+        finally:
+            await client.close()
+        assert proxy.dropped["/v1/rollouts/recorded"] == 1
+        assert await store.list_rollouts() == [rollout]
+        assert await store.list_attempts(rollout.rollout_id) == [attempt]
+        assert attempt.worker_id == "importer"
+
+
+class _RecordsSeen(InMemoryStore):
+    """Tells the test, on the server's loop, that a record has reached the store."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.recorded = asyncio.Event()
+
+    async def record_rollouts(
+        self, requests: Sequence[RolloutRequest], *, worker_id: str, lease_seconds: float = DEFAULT_LEASE_SECONDS
+    ) -> list[tuple[Rollout, Attempt]]:
+        recorded = await super().record_rollouts(requests, worker_id=worker_id, lease_seconds=lease_seconds)
+        self.recorded.set()
+        return recorded
+
+
+async def test_a_record_retried_on_a_restarted_server_finds_what_it_recorded() -> None:
+    """The reply is lost and the server restarts before the retry, so no request id saves it: the client
+    recognises its own rollouts in the conflict instead of failing."""
+    store = _RecordsSeen()
+    first = AsgiServer(create_app(store))
+    await first.start()
+    port = int(first.url.rsplit(":", 1)[1])
+    async with DroppingProxy(first.url) as proxy:
+        proxy.drop("/v1/rollouts/recorded", when="after")
+        client = HttpStore(proxy.url, retry=RetryPolicy(attempts=30, base_seconds=0.05, cap_seconds=0.5))
+        try:
+            recording = asyncio.create_task(
+                client.record_rollouts([RolloutRequest(input={"trace": "t"})], worker_id="importer")
+            )
+            await asyncio.wait_for(store.recorded.wait(), SETTLE)
+            await first.stop()  # the retry finds no server until the restarted one listens
+            async with AsgiServer(create_app(store), port=port):
+                ((rollout, attempt),) = await asyncio.wait_for(recording, SETTLE)
+        finally:
+            await client.close()
+        assert proxy.dropped["/v1/rollouts/recorded"] == 1
+        assert proxy.requests["/v1/rollouts/recorded"] >= 2
+    assert await store.list_rollouts() == [rollout]
+    assert await store.list_attempts(rollout.rollout_id) == [attempt]

@@ -38,6 +38,8 @@ What every adapter is held to:
 - every LLM call becomes exactly one role span, joined to exactly one gateway LLM span, giving one
   transition with the right role, token ids and reward, in sync, async and streaming runs;
 - training one role (a role filter) yields transitions of that role alone;
+- with one policy per role (``Trainer(policies=...)``) every call reaches the gateway naming its role, so
+  the upstream is asked for its role's policy, and each transition names that policy;
 - many rollouts at once in one process don't mix;
 - an exception inside the adapter's hook is logged and never reaches the agent;
 - a tool call that fails is a failed tool span of the role that called it, and the run goes on;
@@ -51,7 +53,7 @@ import logging
 import threading
 import uuid
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -75,11 +77,14 @@ from relight.tracing.instrumentation import Adapter, instrument
 from relight.tracing.roles import MAX_TOOL_TEXT
 from relight.training.trainer import Trainer
 from relight.transitions.builder import TransitionBuilder
+from relight_testing.algorithms import PoliciesRecordingAlgorithm
 
 __all__ = ["AdapterConformance", "Batch", "HookSabotage", "RunMode", "RunRecord"]
 
 RunMode = Literal["sync", "async", "stream"]
 RUN_MODES: tuple[RunMode, ...] = ("sync", "async", "stream")
+_MODEL = "scripted"
+"""The model name the kit's agents are told to use: the base model, and the one a run with policies routes."""
 ATTEMPT_TIMEOUT = 120.0
 """Seconds one rollout may take before the kit calls it hung; reached only when broken."""
 
@@ -238,6 +243,23 @@ class AdapterConformance:
         role = self.trained_role or self.roles[0]
         self.check(await self.run_rollouts(3, self._a_mode(), roles=[role]), roles=[role])
 
+    @pytest.mark.parametrize("mode", RUN_MODES)
+    async def test_each_role_is_served_by_its_own_policy(self, mode: RunMode) -> None:
+        if mode not in self.modes:
+            pytest.skip(f"{type(self).__name__} does not run its agent in {mode} mode")
+        policies = self.policies()
+        of_role = {role: name for name, roles in policies.items() for role in roles}
+        batch = await self.run_rollouts(2, mode, policies=policies)
+        self.check(batch, policies=policies)
+        for run in batch.runs:
+            llm_spans = run.of_kind(SpanKind.LLM)
+            assert [s.attributes.get(semconv.POLICY) for s in llm_spans] == [of_role[r] for r in self.roles], run.task
+            assert not [s for s in llm_spans if semconv.POLICY_UNROUTED in s.attributes], run.task
+            assert [s.attributes.get(semconv.GEN_AI_REQUEST_MODEL) for s in llm_spans] == [_MODEL] * len(self.roles)
+        assert sorted(str(served.request.get("model")) for served in batch.served) == sorted(
+            of_role[role] for role in self.roles for _ in batch.runs
+        ), "the upstream was not asked for each call's own policy"
+
     async def test_many_rollouts_at_once_do_not_mix(self) -> None:
         for mode in self.modes:
             self.check(await self.run_rollouts(self.rollouts_at_once, mode))
@@ -294,33 +316,62 @@ class AdapterConformance:
         assert tool.status_message, "a failed tool span says why it failed"
         return tool
 
-    async def run_rollouts(self, count: int, mode: RunMode, *, roles: Sequence[str] | None = None) -> Batch:
-        """Run ``count`` rollouts at once through the runner, gateway and scripted upstream."""
+    def policies(self) -> dict[str, list[str]]:
+        """One policy per distinct role of :attr:`roles` (``policy0``, ``policy1``, …), naming it exactly."""
+        distinct = list(dict.fromkeys(self.roles))
+        return {f"policy{index}": [role] for index, role in enumerate(distinct)}
+
+    async def run_rollouts(
+        self,
+        count: int,
+        mode: RunMode,
+        *,
+        roles: Sequence[str] | None = None,
+        policies: Mapping[str, Sequence[str]] | None = None,
+    ) -> Batch:
+        """Run ``count`` rollouts at once through the runner, gateway and scripted upstream.
+
+        With ``policies`` the gateway routes each call to its role's policy, as ``Trainer(policies=...)``
+        does: the scripted upstream then answers whatever policy name it is asked for.
+        """
         texts = [self.task(index) for index in range(count)]
         rewards = [round(0.1 * (index + 1), 3) for index in range(count)]
         tasks: list[JsonValue] = [{"text": text, "reward": reward} for text, reward in zip(texts, rewards, strict=True)]
         store = InMemoryStore()
-        async with ScriptedUpstream(self.script()) as upstream:
+        async with ScriptedUpstream(self.script(), model=_MODEL) as upstream:
             trainer = Trainer(
+                PoliciesRecordingAlgorithm(upstream) if policies is not None else None,
                 store=store,
                 concurrency=count,
                 max_attempts=1,
                 timeout=ATTEMPT_TIMEOUT,
                 console=Console(file=io.StringIO()),
+                policies=policies,
             )
-            results = await trainer.adev(
-                self._agent(mode), tasks, base_url=upstream.base_url, model=upstream.model, api_key="unused", vllm=True
-            )
+            if policies is not None:
+                results = await trainer.adev(self._agent(mode), tasks)
+            else:
+                results = await trainer.adev(
+                    self._agent(mode), tasks, base_url=upstream.base_url, model=_MODEL, api_key="unused", vllm=True
+                )
         records: list[RunRecord] = []
+        builder = TransitionBuilder(roles=roles, policies=policies)
         for text, reward, result in zip(texts, rewards, results, strict=True):
             attempts = await store.list_attempts(result.rollout.rollout_id)
             spans = await store.query_spans(result.rollout.rollout_id, attempts[-1].attempt_id)
-            transitions = await TransitionBuilder(roles=roles).from_store(store, [result.rollout])
+            transitions = await builder.from_store(store, [result.rollout])
             records.append(RunRecord(text, reward, result.rollout, spans, transitions))
         return Batch(records, list(upstream.served))
 
-    def check(self, batch: Batch, *, roles: Sequence[str] | None = None) -> None:
-        """Assert the promises on a batch of finished rollouts; ``roles`` is the role filter they were trained with."""
+    def check(
+        self,
+        batch: Batch,
+        *,
+        roles: Sequence[str] | None = None,
+        policies: Mapping[str, Sequence[str]] | None = None,
+    ) -> None:
+        """Assert the promises on a batch of finished rollouts; ``roles`` is the role filter they were trained
+        with, ``policies`` the policies (each transition must name its role's)."""
         runs = batch.runs
         served = {(tuple(s.prompt_token_ids), tuple(s.token_ids)) for s in batch.served}
         expected_roles = [role for role in self.roles if roles is None or role in roles]
@@ -354,6 +405,9 @@ class AdapterConformance:
             assert handoffs == [tuple(handoff) for handoff in self.handoffs], run.task
             transitions = sorted(run.transitions, key=lambda t: t.step)
             assert [t.role for t in transitions] == expected_roles, run.task
+            if policies is not None:
+                of_role = {role: name for name, named in policies.items() for role in named}
+                assert [t.policy for t in transitions] == [of_role[r] for r in expected_roles], run.task
             others = [other.task for other in runs if other is not run]
             for transition in transitions:
                 assert transition.reward == run.reward

@@ -12,6 +12,7 @@ so the n-th reply of a task is ``"<text> #<n>"``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import ssl
@@ -26,7 +27,7 @@ from openai.types.chat import ChatCompletionMessageParam
 from relight.agent import LLM, rollout
 from relight.tracing.context import current_attempt
 
-__all__ = ["CALLS", "SPANS", "many_spans_async", "three_calls", "three_calls_async"]
+__all__ = ["CALLS", "ROLE_CALLS", "SPANS", "calls_by_role", "many_spans_async", "three_calls", "three_calls_async"]
 
 CALLS = 3
 
@@ -108,4 +109,36 @@ async def many_spans_async(task: Mapping[str, Any], llm: LLM) -> float:
             pass
         if step % 5 == 0:
             await asyncio.sleep(0)  # let the loop breathe, as an agent awaiting its tools would
+    return 1.0
+
+
+ROLE_CALLS = (("writer", "write_query"), ("checker", "check_query"), ("planner", "plan"), ("unnamed", None))
+"""(label, role) of each call :func:`calls_by_role` makes: the role named with ``relight.role``, or none."""
+
+
+@rollout
+def calls_by_role(task: Mapping[str, Any], llm: LLM) -> float:
+    """One call per :data:`ROLE_CALLS` entry, each in a ``relight.role`` block but the last, on a thread.
+
+    Against a script that answers with the model it was asked for, the replies say which policy served
+    each call; the answers' own ``model`` names are written to the task's annotation so a test in
+    another process can read them. ``"stream": true`` streams every call.
+    """
+    from relight.tracing.call_role import role
+    from relight.tracing.otel import emit_annotation
+
+    replies: dict[str, Any] = {}
+    with openai.OpenAI(base_url=llm.base_url, api_key=llm.api_key, max_retries=0) as client:
+        for label, name in ROLE_CALLS:
+            messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": f"{task['text']} {label}"}]
+            with role(name) if name is not None else contextlib.nullcontext():
+                if task.get("stream"):
+                    chunks = list(client.chat.completions.create(model=llm.model, messages=messages, stream=True))
+                    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+                    models = sorted({c.model for c in chunks})
+                else:
+                    completion = client.chat.completions.create(model=llm.model, messages=messages)
+                    text, models = completion.choices[0].message.content or "", [completion.model]
+            replies[label] = {"text": text, "models": models}
+    emit_annotation({"replies": replies})
     return 1.0

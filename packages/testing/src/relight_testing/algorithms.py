@@ -9,10 +9,11 @@ from pathlib import Path
 from pydantic import JsonValue
 
 from relight.algorithm import UpstreamTarget
+from relight.policies import Policy
 from relight.records import Transition
 from relight.scripted import ScriptedUpstream
 
-__all__ = ["RecordingAlgorithm"]
+__all__ = ["PoliciesRecordingAlgorithm", "RecordingAlgorithm"]
 
 
 class RecordingAlgorithm:
@@ -57,6 +58,60 @@ class RecordingAlgorithm:
 
     def load(self, directory: Path) -> None:
         self._version = int((directory / "version").read_text())
+
+
+class PoliciesRecordingAlgorithm(RecordingAlgorithm):
+    """:class:`RecordingAlgorithm` training several policies, one per role: what ``Trainer(policies=...)`` needs.
+
+    It keeps the policies it was given (:attr:`policies`, and :attr:`calls` records that
+    ``set_policies`` came before ``upstreams``); each update bumps the version of every policy that
+    has a transition in the batch (not frozen) and reports its metrics per policy
+    (``loss/<policy>``, ``reward/<policy>``, ``policy_version/<policy>``).
+    """
+
+    def __init__(self, upstream: ScriptedUpstream, *, resources: Mapping[str, JsonValue] | None = None) -> None:
+        super().__init__(upstream, resources=resources)
+        self.policies: dict[str, Policy] = {}
+        self.calls: list[str] = []
+        self._versions: dict[str, int] = {}
+
+    def set_policies(self, policies: Mapping[str, Policy]) -> None:
+        self.calls.append("set_policies")
+        self.policies = dict(policies)
+        self._versions = dict.fromkeys(policies, 0)
+
+    def upstreams(self) -> Sequence[UpstreamTarget]:
+        self.calls.append("upstreams")
+        return super().upstreams()
+
+    @property
+    def policy_versions(self) -> Mapping[str, int]:
+        return dict(self._versions)
+
+    @property
+    def policy_version(self) -> int:
+        """The sum of the policies' versions: it changes whenever one of them does."""
+        return sum(self._versions.values())
+
+    async def update(self, transitions: Sequence[Transition]) -> Mapping[str, float]:
+        self.batches.append(list(transitions))
+        metrics: dict[str, float] = {}
+        for name in self._versions:
+            own = [t for t in transitions if t.policy == name]
+            if own and not self.policies[name].frozen:
+                self._versions[name] += 1
+                metrics[f"loss/{name}"] = 0.0
+                metrics[f"reward/{name}"] = sum(t.reward for t in own) / len(own)
+            metrics[f"policy_version/{name}"] = self._versions[name]
+        return metrics
+
+    def save(self, directory: Path) -> None:
+        super().save(directory)
+        (directory / "versions").write_text(",".join(f"{k}={v}" for k, v in self._versions.items()))
+
+    def load(self, directory: Path) -> None:
+        pairs = (item.split("=") for item in (directory / "versions").read_text().split(",") if item)
+        self._versions = {name: int(version) for name, version in pairs}
 
 
 def _off_the_event_loop(call: str) -> None:

@@ -37,6 +37,7 @@ from relight.store import Store
 from relight_testing.store_inputs import StoreInputConformance, make_span
 from relight_testing.store_inputs import claimed as _claimed
 from relight_testing.store_inputs import queued as _queued
+from relight_testing.store_records import RecordConformance
 from relight_testing.store_summaries import SummaryConformance
 
 __all__ = ["ManualClock", "StoreConformance", "make_span"]
@@ -70,7 +71,7 @@ async def _still_waiting(task: asyncio.Task[object]) -> bool:
 
 
 @pytest.mark.asyncio
-class StoreConformance(StoreInputConformance, SummaryConformance):
+class StoreConformance(StoreInputConformance, SummaryConformance, RecordConformance):
     """Behaviour every store backend must show. Subclasses provide the ``store`` fixture."""
 
     @pytest.fixture

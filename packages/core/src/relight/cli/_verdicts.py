@@ -24,7 +24,8 @@ def add_builder_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--role",
         metavar="REGEX",
-        help="keep the calls of roles matching this regular expression (default: the run's own role filter)",
+        help="keep the calls of roles matching this regular expression (default: the run's own role filter or "
+        "policies)",
     )
     parser.add_argument(
         "--include-failed",
@@ -41,7 +42,9 @@ async def builder_for(store: Store, args: argparse.Namespace, **options: float |
     include_failed = (
         args.include_failed if args.include_failed is not None else (run is not None and run.include_failed)
     )
-    return TransitionBuilder(roles=roles, include_failed=include_failed, **options)  # pyright: ignore[reportArgumentType]
+    # The run's policies judge as the run did, unless --role asks for one role filter instead.
+    policies = run.policies if run is not None and args.role is None else None
+    return TransitionBuilder(roles=roles, policies=policies, include_failed=include_failed, **options)  # pyright: ignore[reportArgumentType]
 
 
 def verdict_tree(verdict: RolloutVerdict) -> Tree:
@@ -49,6 +52,8 @@ def verdict_tree(verdict: RolloutVerdict) -> Tree:
     tree = Tree(f"[bold]training[/] {verdict.summary()}")
     for call in verdict.calls:
         who = f"call {call.step if call.step is not None else '–'}" + (f" [magenta]{call.role}[/]" if call.role else "")
+        if call.policy is not None:
+            who += f" policy [bold magenta]{call.policy}[/]"
         if call.trained:
             notes = f" ({', '.join(note.value for note in call.notes)})" if call.notes else ""
             tree.add(f"{who} [green]trained[/]{notes}  reward {call.reward:g}  [dim]{call.span.span_id}[/]")

@@ -26,7 +26,8 @@ def register(add_command: AddCommand) -> None:
         help="serve /v1/traces (OTLP/HTTP, protobuf and JSON) until interrupted",
         description="Receive OpenTelemetry traces from any OTLP/HTTP exporter and store each trace (or session) "
         "as a rollout, its GenAI calls mapped to relight's LLM spans (GenAI conventions, OpenInference, "
-        "OpenLLMetry). Give it a store of its own: sqlite:///traces.db. Prints the endpoint once listening.",
+        "OpenLLMetry). Any store works, the one a training run uses included: imported rollouts never enter "
+        "its queue. Prints the endpoint once listening.",
     )
     add_store_option(serve)
     serve.add_argument("--host", default="127.0.0.1", help="interface to bind (default: 127.0.0.1)")

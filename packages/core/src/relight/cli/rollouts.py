@@ -169,11 +169,16 @@ def _add_spans(branch: Tree, spans: list[Span], full: bool) -> None:
 
 
 def span_label(span: Span, *, full: bool = False) -> str:
-    """One line about a span: name, kind and what RL cares about (role, reward, tokens, time, error)."""
+    """One line about a span: name, kind and what RL cares about (role, the policy that served a call, reward,
+    tokens, time, error)."""
     attributes = span.attributes
     parts = [f"{span.name} [cyan]\\[{span.kind.value}][/]"]
     if (role := attributes.get(semconv.ROLE)) is not None:
         parts.append(f"role [magenta]{role}[/]")
+    if (policy := attributes.get(semconv.POLICY)) is not None:
+        parts.append(f"served by policy [bold magenta]{policy}[/]")
+    elif attributes.get(semconv.POLICY_UNROUTED) is True:
+        parts.append("served by the base model [yellow](role unknown when it arrived)[/]")
     if (reward := attributes.get(semconv.REWARD)) is not None:
         parts.append(f"reward [bold]{reward}[/]")
     prompt = _token_count(span, semconv.GEN_AI_USAGE_INPUT_TOKENS, semconv.PROMPT_TOKEN_IDS)

@@ -126,6 +126,8 @@ def create_app(
                 "pending": catalog.pending,
                 "version": catalog.version,
                 "roles": _described_roles(catalog.builder),
+                "policies": {name: policy.describe() for name, policy in (catalog.builder.policies or {}).items()}
+                or None,
                 "live": live,
                 "decoded": decode is not None,
                 "reasons": [reason.value for reason in Reason],

@@ -13,15 +13,18 @@ from __future__ import annotations
 import asyncio
 import statistics
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from pydantic import JsonValue
+
 from relight.dashboard.reasons import reasons_of
+from relight.errors import NotFoundError
 from relight.records import Mode, RolloutStatus
 from relight.store import Store
 from relight.summaries import RolloutSummary, SummaryFilter, SummaryPage
 from relight.transitions.builder import TransitionBuilder
-from relight.transitions.run_config import builder_of_run, describe
+from relight.transitions.run_config import POLICY_METRICS_ITEM, POLICY_VERSIONS_ITEM, builder_of_run, describe
 
 __all__ = ["Catalog", "row_json"]
 
@@ -96,6 +99,9 @@ class Catalog:
         self._lock = asyncio.Lock()
         self._moved = asyncio.Event()
         self._curves: tuple[int, list[dict[str, object]]] = (-1, [])
+        self._policies: dict[int, dict[str, dict[str, JsonValue]]] = {}
+        """Per resources version of a run with several policies: what each policy's update reported
+        (:data:`relight.transitions.run_config.POLICY_METRICS_ITEM`) and its version. A version never changes."""
 
     @property
     def count(self) -> int:
@@ -126,7 +132,25 @@ class Catalog:
                 if moved:
                     self._bump()  # a first read of a large store shows its progress as it goes
                 if len(page.rows) < _PAGE:
-                    return moved
+                    return await self._read_policies() or moved
+
+    async def _read_policies(self) -> bool:
+        """Read the per-policy figures of versions the rollouts name and that are not read yet (several policies)."""
+        if self.builder.policies is None:
+            return False
+        versions = {point.version for point in self._points.values() if point.version is not None}
+        read = False
+        for version in sorted(versions - set(self._policies)):
+            try:
+                items = (await self.store.get_resources(version)).items
+            except NotFoundError:
+                continue
+            self._policies[version] = _policy_figures(items, self.builder.policies)
+            read = True
+        if read:
+            self._curves = (-1, [])
+            self._bump()
+        return read
 
     async def _follow_run(self) -> bool:
         """Judge with the role filter the run published; when it changes, every rollout is judged again."""
@@ -137,6 +161,7 @@ class Catalog:
             return False
         self.builder = run
         self._points.clear()
+        self._policies.clear()
         self._seen = 0
         return True
 
@@ -157,7 +182,9 @@ class Catalog:
         return self.version != seen
 
     def curves(self) -> list[dict[str, object]]:
-        """Per policy version: train and validation reward, throughput, failures and what was kept.
+        """Per policy version: train and validation reward, throughput, failures and what was kept; with several
+        policies, each policy's version and what the update that made this version reported for it
+        (``policies``: loss, reward, calls trained and left out).
 
         Computed once per :attr:`version`: every open page asks again at each change.
         """
@@ -166,7 +193,13 @@ class Catalog:
             for point in self._points.values():
                 if point.version is not None:
                     by_version.setdefault(point.version, []).append(point)
-            self._curves = (self.version, [_curve_point(v, points) for v, points in sorted(by_version.items())])
+            self._curves = (
+                self.version,
+                [
+                    _curve_point(v, points) | ({"policies": self._policies[v]} if v in self._policies else {})
+                    for v, points in sorted(by_version.items())
+                ],
+            )
         return self._curves[1]
 
 
@@ -209,6 +242,20 @@ def _curve_point(version: int, points: Sequence[_Point]) -> dict[str, object]:
         "dropped": dict(dropped),
         "retried_attempts": sum(point.retried for point in train),
     }
+
+
+def _policy_figures(items: Mapping[str, JsonValue], policies: Mapping[str, object]) -> dict[str, dict[str, JsonValue]]:
+    """Each policy's figures in one version's resources items: its version and the update's metrics."""
+    metrics = items.get(POLICY_METRICS_ITEM)
+    versions = items.get(POLICY_VERSIONS_ITEM)
+    figures: dict[str, dict[str, JsonValue]] = {}
+    for name in policies:
+        own = metrics.get(name) if isinstance(metrics, dict) else None
+        row: dict[str, JsonValue] = dict(own) if isinstance(own, dict) else {}
+        if isinstance(versions, dict) and isinstance(version := versions.get(name), int):
+            row["policy_version"] = version
+        figures[name] = row
+    return figures
 
 
 def _mean(values: Iterable[float | None]) -> float | None:

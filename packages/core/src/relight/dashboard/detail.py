@@ -10,7 +10,7 @@ on it, the advantage the algorithm gave it and the version that update made (:mo
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, cast
 
 from pydantic import JsonValue
@@ -19,7 +19,7 @@ from relight import semconv
 from relight.records import Attempt, Span, SpanKind
 from relight.store import Store
 from relight.transitions.builder import TransitionBuilder, episode_return
-from relight.transitions.trained_calls import TrainedCall, trained_calls
+from relight.transitions.trained_calls import TRAINED_SPAN, TrainedCall, trained_calls
 from relight.transitions.verdicts import CallVerdict
 
 __all__ = ["Decoder", "rollout_detail"]
@@ -54,11 +54,15 @@ async def rollout_detail(
 
 
 def _annotations(spans: Iterable[Span]) -> list[dict[str, object]]:
-    """The last attempt's annotations (a judge's verdict and reasons, the final answer), in the order recorded."""
+    """The last attempt's annotations (a judge's verdict and reasons, the final answer), in the order recorded.
+
+    The trainer's own record of which calls an update trained on is an annotation too; the page shows it
+    on each call (its ``trained`` column), so it is not listed again here.
+    """
     return [
         {"name": span.name, "payload": _parsed(span.attributes.get(semconv.ANNOTATION))}
         for span in sorted(spans, key=lambda s: (s.start_time, s.sequence_id or 0))
-        if span.kind is SpanKind.ANNOTATION
+        if span.kind is SpanKind.ANNOTATION and span.name != TRAINED_SPAN
     ]
 
 
@@ -106,6 +110,15 @@ def _span_row(span: Span, depth: int, origin: int) -> dict[str, object]:
     }
 
 
+def _served_by(attributes: Mapping[str, JsonValue]) -> str | None:
+    """The policy that served a call of a run with several policies, in words; None in a run of one."""
+    if isinstance(policy := attributes.get(semconv.POLICY), str):
+        return f"policy {policy}"
+    if attributes.get(semconv.POLICY_UNROUTED) is True:
+        return "the base model (its role was unknown when it arrived)"
+    return None
+
+
 def _call(call: CallVerdict, decode: Decoder | None, trained: TrainedCall | None) -> dict[str, object]:
     attributes = call.span.attributes
     transition = call.transition
@@ -114,6 +127,8 @@ def _call(call: CallVerdict, decode: Decoder | None, trained: TrainedCall | None
         "attempt_id": call.span.attempt_id,
         "step": call.step,
         "role": call.role,
+        "policy": call.policy,
+        "served_by": _served_by(attributes),
         "reward": call.reward,
         "trained": call.trained,
         "reason": call.reason.value if call.reason else None,

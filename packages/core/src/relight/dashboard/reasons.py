@@ -4,27 +4,31 @@ A list of 100,000 rollouts cannot judge each one's spans (:meth:`relight.Transit
 reads them all), so the list reads reasons off the store's summaries (:mod:`relight.summaries`):
 the rollout's status, mode and drop mark decide reasons that hold for every call, exactly as
 ``explain`` does; within a trained rollout, failed calls are ``failed call``, calls of roles the
-builder's role filter refuses (counted by their role spans) are ``filtered role`` and the rest
+builder's role filter refuses (counted by their role spans) are ``filtered role`` (with policies:
+``no policy`` or ``frozen policy``, as the role's policy decides) and the rest
 without token ids are ``no token ids``, and the rest carry the reason the trainer marked the
 attempt with when an update did not learn from it (``update skipped``, ``group without signal``).
 That split assumes each call has one role span (as every adapter records) and that untrainable
 calls belong to trained roles; where it does not hold the counts may differ by a call. Two things
 only the spans tell: a call that no update has used yet (``not in an update``: the run stopped
 first) and a group without signal inside an attempt whose other groups were learned from
-(grouping by role) count here as trained. A rollout's own page judges its spans, exactly.
+(grouping by role) count here as trained, and so does a call its role's policy did not serve
+(``served by another policy``). A rollout's own page judges its spans, exactly.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 
+from relight.errors import ConfigError
+from relight.policies import Policies
 from relight.records import Mode, RolloutStatus
 from relight.summaries import RolloutSummary, SummaryFilter
 from relight.transitions.builder import TransitionBuilder, role_matches
 from relight.transitions.drops import DropReason
 from relight.transitions.verdicts import Reason
 
-__all__ = ["NOTHING", "both", "reason_filter", "reasons_of", "refused_roles"]
+__all__ = ["NOTHING", "both", "reason_filter", "reasons_of", "refused_roles", "role_reason"]
 
 NOTHING = SummaryFilter(statuses=[])
 """A filter no summary passes."""
@@ -60,16 +64,22 @@ def reasons_of(summary: RolloutSummary, builder: TransitionBuilder) -> Counter[R
         reasons[whole] = summary.calls
         return reasons
     kept = summary.calls - summary.failed_calls
+    by_role: Counter[Reason] = Counter()
+    for role, count in summary.roles.items():
+        if (reason := role_reason(role, builder)) is not None:
+            by_role[reason] += count
+    without_role = max(0, kept - sum(summary.roles.values()))  # no role span: the calls have no role
+    if without_role and (reason := role_reason(None, builder)) is not None:
+        by_role[reason] += without_role
     filtered = 0
-    if builder.roles is not None:
-        refused = sum(count for role, count in summary.roles.items() if not role_matches(builder.roles, role))
-        without_role = max(0, kept - sum(summary.roles.values()))  # no role span: no role, refused by any filter
-        filtered = min(kept, refused + without_role)
+    for reason, count in by_role.items():
+        by_role[reason] = min(count, kept - filtered)
+        filtered += by_role[reason]
     untrainable = min(summary.untrainable_calls, kept - filtered)
     unlearned = _UNLEARNED.get(summary.dropped or "")
     counts = {
         Reason.FAILED_CALL: summary.failed_calls,
-        Reason.FILTERED_ROLE: filtered,
+        **by_role,
         Reason.NO_TOKEN_IDS: untrainable,
         **({unlearned: kept - filtered - untrainable} if unlearned is not None else {}),
     }
@@ -77,9 +87,22 @@ def reasons_of(summary: RolloutSummary, builder: TransitionBuilder) -> Counter[R
     return reasons
 
 
-def refused_roles(roles: set[str], builder: TransitionBuilder) -> list[str]:
-    """The roles among ``roles`` that the builder's role filter leaves out."""
-    return sorted(role for role in roles if not role_matches(builder.roles, role))
+def role_reason(role: str | None, builder: TransitionBuilder) -> Reason | None:
+    """Why the builder leaves out every call of ``role`` (its role filter, or its policies); None if it trains them."""
+    if builder.policies is None:
+        return None if role_matches(builder.roles, role) else Reason.FILTERED_ROLE
+    try:
+        policy = Policies(builder.policies).policy_of(role)
+    except ConfigError:  # two policies name the role: the run stops on it; the list shows it untrained
+        return Reason.NO_POLICY
+    if policy is None:
+        return Reason.NO_POLICY
+    return Reason.FROZEN_POLICY if builder.policies[policy].frozen else None
+
+
+def refused_roles(roles: set[str], builder: TransitionBuilder, reason: Reason = Reason.FILTERED_ROLE) -> list[str]:
+    """The roles among ``roles`` whose calls the builder leaves out for ``reason`` (its role filter, its policies)."""
+    return sorted(role for role in roles if role_reason(role, builder) is reason)
 
 
 def reason_filter(reason: Reason, builder: TransitionBuilder, roles: set[str]) -> SummaryFilter:
@@ -110,10 +133,10 @@ def reason_filter(reason: Reason, builder: TransitionBuilder, roles: set[str]) -
             return SummaryFilter(statuses=trained, mode=Mode.TRAIN, min_failed_calls=1)
         case Reason.NO_TOKEN_IDS:
             return SummaryFilter(statuses=trained, mode=Mode.TRAIN, min_untrainable_calls=1)
-        case Reason.FILTERED_ROLE:
-            refused = refused_roles(roles, builder) if builder.roles is not None else []
+        case Reason.FILTERED_ROLE | Reason.NO_POLICY | Reason.FROZEN_POLICY:
+            refused = refused_roles(roles, builder, reason)
             return SummaryFilter(statuses=trained, mode=Mode.TRAIN, roles=refused) if refused else NOTHING
-        case Reason.RETRIED_ATTEMPT:
+        case Reason.RETRIED_ATTEMPT | Reason.OTHER_POLICY:
             return NOTHING
 
 

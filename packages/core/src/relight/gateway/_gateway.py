@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, Sequence
+import re
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -26,10 +27,12 @@ from relight.gateway.errors import GatewayError, UpstreamError
 from relight.gateway.overflow import ContextOverflow, openai_message, overflow_of
 from relight.gateway.record import Exchange, TraceParent, random_hex
 from relight.gateway.retokenize import HuggingFaceRetokenizer, Retokenizer
+from relight.gateway.routing import PolicyRouter
 from relight.gateway.sessions import SessionChecker, api_key_for, attempt_of_request
 from relight.gateway.upstreams import Endpoint, Upstream, UpstreamPool, as_upstream, bursts_of
 from relight.gateway.urls import attempt_base_url
 from relight.gateway.validate import check_messages, check_sampling
+from relight.policies import Policy
 from relight.store import Store
 from relight.tracing.batcher import SpanBatcher, SpansLostError
 from relight.tracing.context import AttemptRef
@@ -80,6 +83,9 @@ class Gateway(AsgiServer):
             (``max_tokens``/``max_completion_tokens``), so one call cannot generate for ever; None
             leaves it to the upstream. Recorded on the span like a cap the client set.
         batcher: where spans are submitted; by default one of the gateway's own, on its loop.
+        policies: several policies, one per role (see :mod:`relight.gateway.routing`): a call asking for
+            ``model`` is sent upstream as its role's policy (the role its request names).
+        model: the model name the run's agents ask for; needed with ``policies``.
 
     Serve it with ``async with`` on the event loop the store belongs to (``with`` serves it on a
     thread of its own, which suits stores that any loop may use, such as the HTTP store).
@@ -95,10 +101,16 @@ class Gateway(AsgiServer):
         max_body_bytes: int = 32 * 2**20,
         default_max_tokens: int | None = None,
         batcher: SpanBatcher | None = None,
+        policies: Mapping[str, Policy | str | Sequence[str] | re.Pattern[str]] | None = None,
+        model: str | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
+        if policies is not None and not model:
+            raise ValueError("Gateway(policies=...) needs model=<the model name the run's agents ask for>")
         self.store = store
+        self.router = PolicyRouter(policies, model) if policies is not None and model else None
+        """Chooses each call's policy in a run with several policies; None serves every call as asked."""
         self.pool = UpstreamPool([as_upstream(target) for target in upstreams])
         self.retokenizer = retokenizer
         self.policy_version = policy_version
@@ -236,23 +248,27 @@ class Gateway(AsgiServer):
         response_id: str | None = None,
         trace_parent: TraceParent | None = None,
         attributes: dict[str, JsonValue] | None = None,
+        role: str | None = None,
     ) -> Json:
         """Run a non-streaming request on the session's replica, record its span, and return the answer.
 
         The answer has the minted ``response_id`` (``chatcmpl-…`` by default) and only the fields the
-        client asked for; ``attributes`` go on the span. Raises GatewayError: 4xx for a bad request
-        (``context_length_exceeded`` for a prompt past the context), 502 when the upstream failed.
+        client asked for; ``attributes`` go on the span. ``role`` is the role the request named (see
+        :mod:`relight.gateway.routing`), recorded on the span and, with policies, choosing the policy.
+        Raises GatewayError: 4xx for a bad request (``context_length_exceeded`` for a prompt past the
+        context), 502 when the upstream failed.
         An output budget past what the context leaves is capped and the call sent again
         (:mod:`relight.gateway.overflow`).
         """
         validate_request(endpoint, body)
         body = self._with_default_max_tokens(body)
         exchange = self._exchange(session, endpoint, body, response_id, trace_parent, attributes)
+        routed, asked = self._route(exchange, body, role)
         await self._enter()
         try:
             with self.pool.use(session.rollout_id) as upstream:
                 exchange.upstream = upstream.name
-                sent = body
+                sent = routed
                 while True:
                     try:
                         answer = await upstream.complete(endpoint, sent)
@@ -267,7 +283,7 @@ class Gateway(AsgiServer):
         finally:
             self._leave()
         self._record(exchange)
-        shaped = ForClient(body, exchange.response_id)(answer)
+        shaped = ForClient(body, exchange.response_id, model=asked)(answer)
         assert shaped is not None
         return shaped
 
@@ -281,6 +297,7 @@ class Gateway(AsgiServer):
         trace_parent: TraceParent | None = None,
         attributes: dict[str, JsonValue] | None = None,
         keep_prompt_ids: bool = False,
+        role: str | None = None,
     ) -> AsyncIterator[Iterator[Json]]:
         """Like :meth:`complete` for ``stream: true``: yields the chunks the client should get, those
         that arrived together as one iterator (:func:`~relight.gateway.upstreams.bursts_of`), which
@@ -294,13 +311,14 @@ class Gateway(AsgiServer):
         validate_request(endpoint, body)
         body = self._with_default_max_tokens(body)
         exchange = self._exchange(session, endpoint, body, response_id, trace_parent, attributes)
+        routed, asked = self._route(exchange, body, role)
         await self._enter()
         try:
             with self.pool.use(session.rollout_id) as upstream:
                 exchange.upstream = upstream.name
-                for_client = ForClient(body, exchange.response_id, keep_prompt_ids=keep_prompt_ids)
+                for_client = ForClient(body, exchange.response_id, keep_prompt_ids=keep_prompt_ids, model=asked)
                 broken: list[Exception] = []  # what ended a burst early: raised once its chunks are out
-                sent, started = body, False
+                sent, started = routed, False
                 try:
                     while True:
                         try:
@@ -322,6 +340,18 @@ class Gateway(AsgiServer):
         finally:
             self._leave()
             self._record(exchange)
+
+    def _route(self, exchange: Exchange, body: Json, role: str | None) -> tuple[Json, str | None]:
+        """The body to send upstream (the role's policy as its model, with policies) and the model name the
+        client asked for when that differs; the role and the choice go on the span."""
+        if role is not None:
+            exchange.attributes[semconv.ROLE] = role
+        if self.router is None:
+            return body, None
+        routed = self.router.route(body, role)
+        if routed.attributes:
+            exchange.attributes.update(routed.attributes)
+        return routed.body, routed.asked_model
 
     def _with_default_max_tokens(self, body: Json) -> Json:
         """``body`` with :attr:`default_max_tokens` when it sets no output cap of its own."""
@@ -532,9 +562,13 @@ class ForClient:
     What to keep is decided once per call from its request, not again for each of a stream's chunks.
     """
 
-    def __init__(self, request: Json, response_id: str, *, keep_prompt_ids: bool = False) -> None:
+    def __init__(
+        self, request: Json, response_id: str, *, keep_prompt_ids: bool = False, model: str | None = None
+    ) -> None:
         stream_options: Json = request.get("stream_options") or {}
         self.response_id = response_id
+        self.model = model
+        """The model name the client asked for, where the upstream served it as another (a policy's)."""
         self.keep_prompt_ids = keep_prompt_ids
         self.wants_usage = not request.get("stream") or bool(stream_options.get("include_usage"))
         self.hidden = ("policy_version", "policy_version_segments", *(() if self.wants_usage else ("usage",)))
@@ -550,6 +584,8 @@ class ForClient:
         for key in self.hidden:
             shaped.pop(key, None)
         shaped["id"] = self.response_id
+        if self.model is not None:
+            shaped["model"] = self.model
         if not (self.keep_ids or self.keep_prompt_ids):
             shaped.pop("prompt_token_ids", None)
         if not (self.keep_ids and self.keep_logprobs):

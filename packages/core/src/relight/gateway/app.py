@@ -31,6 +31,7 @@ from relight.gateway import _json, anthropic, responses
 from relight.gateway.errors import GatewayError, UpstreamError, error_body
 from relight.gateway.hot import ErrorHandler, HotRoutes
 from relight.gateway.record import TraceParent, random_hex
+from relight.gateway.routing import role_of_headers
 from relight.gateway.sessions import attempt_of_request
 from relight.gateway.upstreams import Endpoint, UpstreamPool
 from relight.gateway.urls import ATTEMPT_SCOPE, END_ATTEMPT
@@ -61,6 +62,7 @@ class GatewayService(Protocol):
         response_id: str | None = None,
         trace_parent: TraceParent | None = None,
         attributes: dict[str, JsonValue] | None = None,
+        role: str | None = None,
     ) -> Json: ...
 
     def stream(
@@ -73,6 +75,7 @@ class GatewayService(Protocol):
         trace_parent: TraceParent | None = None,
         attributes: dict[str, JsonValue] | None = None,
         keep_prompt_ids: bool = False,
+        role: str | None = None,
     ) -> AsyncIterator[Iterator[Json]]: ...
 
     async def end_attempt(self, session: AttemptRef) -> None: ...
@@ -275,10 +278,12 @@ async def _serve(endpoint: Endpoint, request: Request) -> Response:
     gateway = gateway_of(request)
     session = await gateway.session(request)
     body = await read_json(request)
-    trace_parent = TraceParent.parse(request.headers.get("traceparent"))
+    headers = request.headers
+    trace_parent = TraceParent.parse(headers.get("traceparent"))
+    role = role_of_headers(headers)
     if not body.get("stream"):
-        return json_response(await gateway.complete(session, endpoint, body, trace_parent=trace_parent))
-    bursts = gateway.stream(session, endpoint, body, trace_parent=trace_parent)
+        return json_response(await gateway.complete(session, endpoint, body, trace_parent=trace_parent, role=role))
+    bursts = gateway.stream(session, endpoint, body, trace_parent=trace_parent, role=role)
     return await sse_response(_openai_events(bursts), gathered=True, last=b"data: [DONE]\n\n")
 
 
@@ -305,15 +310,17 @@ async def _responses(request: Request) -> Response:
     translation = responses.chat_request(body)
     chat, marks = translation.chat, translation.span_attributes()
     trace_parent = TraceParent.parse(request.headers.get("traceparent"))
+    role = role_of_headers(request.headers)
     if not chat.get("stream"):
-        answer = await gateway.complete(session, "chat", chat, trace_parent=trace_parent, attributes=marks)
+        answer = await gateway.complete(session, "chat", chat, trace_parent=trace_parent, attributes=marks, role=role)
         return json_response(responses.response_from_chat(body, answer, translation.namespaced))
     chat["stream_options"] = {"include_usage": True}
     translator = responses.ResponseStream(body, translation.namespaced)
 
     async def events() -> AsyncIterator[bytes]:
         try:
-            async for burst in gateway.stream(session, "chat", chat, trace_parent=trace_parent, attributes=marks):
+            bursts = gateway.stream(session, "chat", chat, trace_parent=trace_parent, attributes=marks, role=role)
+            async for burst in bursts:
                 if framed := [responses.sse(event) for chunk in burst for event in translator.feed(chunk)]:
                     yield b"".join(framed)
             closing = translator.finish()
@@ -344,15 +351,18 @@ async def _serve_messages(request: Request) -> Response:
     chat = anthropic.chat_request(body)
     message_id = f"msg_{random_hex(24)}"
     trace_parent = TraceParent.parse(request.headers.get("traceparent"))
+    role = role_of_headers(request.headers)
     if not chat.get("stream"):
-        answer = await gateway.complete(session, "chat", chat, response_id=message_id, trace_parent=trace_parent)
+        answer = await gateway.complete(
+            session, "chat", chat, response_id=message_id, trace_parent=trace_parent, role=role
+        )
         return json_response(anthropic.message_from_chat(answer, message_id))
     chat["stream_options"] = {"include_usage": True}
     translator = anthropic.MessageStream(str(chat["model"]), message_id)
 
     async def events() -> AsyncIterator[bytes]:
         bursts = gateway.stream(
-            session, "chat", chat, response_id=message_id, trace_parent=trace_parent, keep_prompt_ids=True
+            session, "chat", chat, response_id=message_id, trace_parent=trace_parent, keep_prompt_ids=True, role=role
         )
         try:
             async for burst in bursts:

@@ -2,7 +2,9 @@
 
 Teams already export their agents' LLM calls as OpenTelemetry traces (OpenLLMetry, OpenInference,
 Logfire, the OpenAI Agents SDK's exporters). Point the exporter at ``relight otlp serve`` and each
-trace becomes a rollout in a store, its spans kept whole::
+trace becomes a rollout in a store, its spans kept whole. Any store will do, the one a training run
+uses included: imported rollouts are recorded beside the queue, never in it, so runners go on
+claiming exactly their own work::
 
     relight otlp serve --store sqlite:///traces.db --reward-attribute app.reward
     OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=http://127.0.0.1:4318/v1/traces python my_agent.py
@@ -14,7 +16,7 @@ chat template and says, call by call, whether the tokens reproduce the traced te
 """
 
 from relight.otlp.decode import ForeignSpan, OtlpBodyError, OtlpBodyTooLargeError, decode_traces
-from relight.otlp.importer import ImportOptions, ImportResult, StoreNotDedicatedError, TraceImporter, add_reward
+from relight.otlp.importer import ImportOptions, ImportResult, TraceConflictError, TraceImporter, add_reward
 from relight.otlp.receiver import DEFAULT_MAX_BODY_BYTES, DEFAULT_PORT, create_otlp_app, serve_otlp
 from relight.otlp.transitions import (
     ImportedRollout,
@@ -35,8 +37,8 @@ __all__ = [
     "OtlpBodyError",
     "OtlpBodyTooLargeError",
     "Retokenized",
-    "StoreNotDedicatedError",
     "TemplateRetokenizer",
+    "TraceConflictError",
     "TraceImporter",
     "add_reward",
     "chat_records",

@@ -13,10 +13,12 @@ A reward is taken only from the trace: a span attribute or span event the user n
 reward span (kind ``reward``) beside the span that held it, so credit assignment reads it like a
 reward the agent returned. Without one, the rollout has no reward until :func:`add_reward` gives it one.
 
-Rollouts are created through the store's own protocol (enqueue, claim, finish), so every backend
-works; the receiver therefore wants a store of its own, where no runner waits for work, and refuses
-to import into a store that has queued rollouts. Spans of a trace that arrive in a later export
-join the rollout their trace already formed.
+Rollouts are recorded as work that ran elsewhere (:meth:`relight.store.Store.record_rollouts`):
+each is stored running under the worker ``relight-otlp``, never queued, its spans added and its
+attempt then finished as succeeded. So traces can go into any store, the one a training run uses
+included, while runners claim exactly the rollouts queued for them. Spans of a trace that arrive in
+a later export join the rollout their trace already formed; a trace whose rollout id is taken by a
+rollout the importer did not make is refused (:class:`TraceConflictError`).
 """
 
 from __future__ import annotations
@@ -31,24 +33,24 @@ from typing import Any
 from pydantic import JsonValue, ValidationError
 
 from relight import semconv
-from relight.errors import NotFoundError, StoreError
+from relight.errors import InvalidStateError, NotFoundError
 from relight.otlp.decode import ForeignSpan, OtlpBodyError
 from relight.otlp.dialects import call_text, is_llm_call, is_tool_call
-from relight.records import AttemptStatus, Mode, RolloutRequest, RolloutStatus, Span, SpanKind
+from relight.records import AttemptStatus, Mode, RolloutRequest, Span, SpanKind
 from relight.store import Store
 
 __all__ = [
     "IMPORT_WORKER",
     "ImportOptions",
     "ImportResult",
-    "StoreNotDedicatedError",
+    "TraceConflictError",
     "TraceImporter",
     "add_reward",
     "map_spans",
 ]
 
 IMPORT_WORKER = "relight-otlp"
-"""The worker id the importer claims its rollouts as."""
+"""The worker id the importer records its rollouts' attempts under."""
 SOURCE = "otlp"
 """``metadata["source"]`` of an imported rollout."""
 MISSING = semconv.IMPORT_MISSING
@@ -61,8 +63,9 @@ _PENDING = "pending"
 _REMEMBERED_TRACES = 100_000
 
 
-class StoreNotDedicatedError(StoreError):
-    """The store has queued rollouts, so importing could claim a runner's work instead of its own."""
+class TraceConflictError(InvalidStateError):
+    """A trace's rollout id (``otlp-<trace id>``, ``otlp-session-<value>``) is taken by a rollout the importer
+    did not make, so its spans would land in someone else's rollout."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,28 +274,33 @@ class TraceImporter:
 
         Raises:
             OtlpBodyError: a span cannot be stored.
-            StoreNotDedicatedError: the store has queued rollouts (see the module's docstring).
+            TraceConflictError: a trace's rollout id is taken by a rollout the importer did not make.
         """
         async with self._lock:
             groups = self._join_known(map_spans(foreign, self.options))
-            result = ImportResult()
-            existing: dict[str, str] = {}
-            new: list[_Group] = []
-            for group in groups:
-                attempt_id = await self._existing_attempt(group.rollout_id)
-                if attempt_id is not None:
-                    existing[group.rollout_id] = attempt_id
-                elif group.has_llm_call:
-                    new.append(group)
-                else:
-                    result.rejected_spans += len(group.spans)
-            if new and await self.store.list_rollouts(status=RolloutStatus.QUEUED, limit=1):
-                raise StoreNotDedicatedError(
-                    "the store has queued rollouts, so importing traces could take a runner's work: "
-                    "give the OTLP receiver a store of its own (relight otlp serve --store sqlite:///traces.db)"
-                )
-            await self._check_no_conflict(groups, existing)
-            existing |= await self._create(new)
+            for last_look in (False, True):
+                result = ImportResult()
+                existing: dict[str, str] = {}
+                new: list[_Group] = []
+                for group in groups:
+                    attempt_id = await self._existing_attempt(group.rollout_id)
+                    if attempt_id is not None:
+                        existing[group.rollout_id] = attempt_id
+                    elif group.has_llm_call:
+                        new.append(group)
+                    else:
+                        result.rejected_spans += len(group.spans)
+                await self._check_no_conflict(groups, existing)
+                try:
+                    existing |= await self._record(new)
+                    break
+                except InvalidStateError as error:
+                    # Another client of the store (a second receiver) made one of them since the look:
+                    # nothing was recorded, and a second look joins the spans to what it made.
+                    if last_look:
+                        raise TraceConflictError(
+                            f"{error}: another client of the store made it while these traces were being imported"
+                        ) from error
             spans = [
                 span.model_copy(update={"attempt_id": existing[group.rollout_id]})
                 for group in groups
@@ -361,15 +369,26 @@ class TraceImporter:
             self._rollout_of_trace.popitem(last=False)
 
     async def _existing_attempt(self, rollout_id: str) -> str | None:
+        """The attempt of the imported rollout ``rollout_id`` that later spans join; None when there is no such rollout.
+
+        Raises:
+            TraceConflictError: the id is taken by a rollout the importer did not make.
+        """
         try:
-            await self.store.get_rollout(rollout_id)
+            rollout = await self.store.get_rollout(rollout_id)
         except NotFoundError:
             return None
         attempts = await self.store.list_attempts(rollout_id)
-        return attempts[-1].attempt_id if attempts else None
+        if rollout.metadata.get("source") != SOURCE or not attempts:
+            raise _taken(rollout_id)
+        return attempts[-1].attempt_id
 
-    async def _create(self, groups: Sequence[_Group]) -> dict[str, str]:
-        """Enqueue the new rollouts and claim each: their attempts, by rollout id."""
+    async def _record(self, groups: Sequence[_Group]) -> dict[str, str]:
+        """Record the new rollouts as run by the importer, never queued: their attempts, by rollout id.
+
+        Raises:
+            InvalidStateError: one of them exists already; nothing was recorded.
+        """
         if not groups:
             return {}
         requests = [
@@ -383,22 +402,20 @@ class TraceImporter:
             )
             for group in groups
         ]
-        await self.store.enqueue(requests)
-        wanted = {group.rollout_id for group in groups}
-        attempts: dict[str, str] = {}
-        for _ in groups:
-            claimed = await self.store.claim(IMPORT_WORKER, timeout=0, mode=self.options.mode)
-            if claimed is None or claimed[0].rollout_id not in wanted:
-                raise StoreNotDedicatedError(
-                    "another client claimed or queued rollouts while traces were being imported: give the OTLP "
-                    "receiver a store of its own"
-                )
-            attempts[claimed[0].rollout_id] = claimed[1].attempt_id
-        return attempts
+        recorded = await self.store.record_rollouts(requests, worker_id=IMPORT_WORKER)
+        return {rollout.rollout_id: attempt.attempt_id for rollout, attempt in recorded}
 
     async def _finish(self, groups: Sequence[_Group], attempts: dict[str, str]) -> None:
         for group in groups:
             await self.store.finish_attempt(group.rollout_id, attempts[group.rollout_id], AttemptStatus.SUCCEEDED)
+
+
+def _taken(rollout_id: str) -> TraceConflictError:
+    return TraceConflictError(
+        f"rollout {rollout_id!r} already exists and was not imported from traces (its metadata has no "
+        f"source={SOURCE!r} or it has no attempt): its spans are not added to it. Remove that rollout, or "
+        "import into another store"
+    )
 
 
 async def add_reward(store: Store, rollout_id: str, value: float, *, name: str = "reward") -> Span:

@@ -7,9 +7,11 @@ Answers follow the specification: 200 with an ``ExportTraceServiceResponse`` in 
 encoding (its ``partial_success`` counting spans of traces that held no LLM call); 400 with a
 ``google.rpc.Status`` naming what is wrong in the body; 413 for a body over ``max_body_bytes``
 (checked on the declared length, while reading, and after decompression); 415 for an unknown
-content type; 401 without the bearer token when one is set; 409 when the store has queued work (the
-receiver wants a store of its own); 503 when the store is unavailable, which exporters retry. A
-request is decoded and checked whole before the store is touched, so a bad one leaves nothing behind.
+content type; 401 without the bearer token when one is set; 409 when a trace's rollout id is taken
+by a rollout the importer did not make (:class:`relight.otlp.importer.TraceConflictError`); 503 when
+the store is unavailable, which exporters retry. A request is decoded and checked whole before the
+store is touched, so a bad one leaves nothing behind. The store may be one runners share: imported
+rollouts are recorded beside its queue, never claimed from it.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from fastapi.responses import Response
 from relight._internal.server import AsgiServer
 from relight.errors import RelightError, StoreUnavailableError
 from relight.otlp.decode import OtlpBodyError, OtlpBodyTooLargeError, decode_traces, require_proto
-from relight.otlp.importer import ImportOptions, StoreNotDedicatedError, TraceImporter
+from relight.otlp.importer import ImportOptions, TraceConflictError, TraceImporter
 from relight.store import Store
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "DEFAULT_PORT", "create_otlp_app", "serve_otlp"]
@@ -40,10 +42,10 @@ DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 _PROTOBUF = "application/x-protobuf"
 _JSON = "application/json"
 # google.rpc.Code values
-_INVALID_ARGUMENT, _RESOURCE_EXHAUSTED, _FAILED_PRECONDITION, _INTERNAL, _UNAVAILABLE, _UNAUTHENTICATED = (
+_INVALID_ARGUMENT, _ALREADY_EXISTS, _RESOURCE_EXHAUSTED, _INTERNAL, _UNAVAILABLE, _UNAUTHENTICATED = (
     3,
+    6,
     8,
-    9,
     13,
     14,
     16,
@@ -92,8 +94,8 @@ def create_otlp_app(
             return _status(413, _RESOURCE_EXHAUSTED, str(error), media)
         except OtlpBodyError as error:
             return _status(400, _INVALID_ARGUMENT, str(error), media)
-        except StoreNotDedicatedError as error:
-            return _status(409, _FAILED_PRECONDITION, str(error), media)
+        except TraceConflictError as error:
+            return _status(409, _ALREADY_EXISTS, str(error), media)
         except StoreUnavailableError as error:
             return _status(503, _UNAVAILABLE, f"the store is unavailable: {error}", media)
         except RelightError as error:

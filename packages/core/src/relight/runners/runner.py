@@ -41,6 +41,7 @@ from relight.gateway.urls import attempt_base_url, end_attempt_path
 from relight.records import Attempt, AttemptStatus, Mode, Rollout, new_id
 from relight.runners._threads import AgentThreads
 from relight.store import DEFAULT_LEASE_SECONDS, Store
+from relight.tracing import call_role
 from relight.tracing import otel as tracing
 from relight.tracing.batcher import SpanBatcher
 from relight.tracing.context import AttemptRef, attempt_scope
@@ -163,6 +164,7 @@ class Runner:
         self._batcher = SpanBatcher(self.store)
         self._http = HttpClient(self.gateway_url, timeout=60, keep_alive=CLIENT_KEEP_ALIVE_SECONDS)
         tracing.install(self._batcher)
+        call_role.install(self.gateway_url)  # the agent's requests name their call's role to the gateway
         claimers = [asyncio.create_task(self._claim_loop(slots, running)) for _ in range(_CLAIMS_AT_ONCE)]
         try:
             await asyncio.gather(*claimers)
@@ -176,6 +178,7 @@ class Runner:
             await asyncio.gather(*running, return_exceptions=True)
             await self._batcher.aclose()
             await self._http.aclose()
+            call_role.uninstall(self.gateway_url)
             self.stats.abandoned_threads = self._threads.abandoned
         return self.stats
 

@@ -143,6 +143,43 @@ def new_rollout(request: RolloutRequest, now: float) -> Rollout:
     )
 
 
+def recorded(
+    requests: Sequence[RolloutRequest], worker_id: str, lease_seconds: float, now: float
+) -> list[tuple[Rollout, Attempt]]:
+    """The rollouts (and their one running attempt each) that ``record_rollouts`` stores for ``requests``.
+
+    A recorded rollout ran elsewhere, so there is nothing here to run again: its ``max_attempts`` is 1,
+    and an attempt whose lease runs out fails it instead of queueing it for a runner.
+    """
+    check_worker_id(worker_id)
+    check_lease_seconds(lease_seconds)
+    check_requests(requests)
+    made: list[tuple[Rollout, Attempt]] = []
+    seen: set[str] = set()
+    for request in requests:
+        rollout = new_rollout(request.model_copy(update={"max_attempts": 1}), now)
+        if rollout.rollout_id in seen:
+            raise rollout_exists(rollout.rollout_id)
+        seen.add(rollout.rollout_id)
+        made.append(start_attempt(rollout, worker_id, lease_seconds, now))
+    return made
+
+
+def same_record(stored: Rollout, sent: Rollout) -> bool:
+    """Whether ``stored`` is the rollout ``sent`` recorded (a retried write), whatever happened to it since."""
+    moving = {"status", "finished_at", "error"}
+    return stored.model_dump(exclude=moving) == sent.model_dump(exclude=moving)
+
+
+def check_worker_id(worker_id: str) -> None:
+    if not worker_id:
+        raise ConfigError("worker_id must be a non-empty string naming who ran the rollouts")
+
+
+def rollout_exists(rollout_id: str) -> InvalidStateError:
+    return InvalidStateError(f"rollout {rollout_id!r} already exists; a recorded rollout needs a rollout_id of its own")
+
+
 def start_attempt(rollout: Rollout, worker_id: str, lease_seconds: float, now: float) -> tuple[Rollout, Attempt]:
     number = rollout.attempt_count + 1
     attempt = Attempt(

@@ -77,6 +77,27 @@ class InMemoryStore:
         self._changes.notify()
         return result
 
+    async def record_rollouts(
+        self,
+        requests: Sequence[RolloutRequest],
+        *,
+        worker_id: str,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    ) -> list[tuple[Rollout, Attempt]]:
+        self._check_open()
+        recorded = _rules.recorded(requests, worker_id, lease_seconds, self._clock())
+        for rollout, _ in recorded:
+            if rollout.rollout_id in self._rollouts:
+                raise _rules.rollout_exists(rollout.rollout_id)
+        for rollout, attempt in recorded:
+            self._rollouts[rollout.rollout_id] = rollout
+            self._attempts[rollout.rollout_id] = [attempt]
+            self._running[attempt.attempt_id] = (rollout.rollout_id, 0)
+            self._facts[rollout.rollout_id] = SpanFacts()
+            self._touch(rollout.rollout_id)
+        self._changes.notify()
+        return recorded
+
     async def claim(
         self,
         worker_id: str,

@@ -13,7 +13,9 @@ rollout's structure shows in ``relight dev``, ``relight show`` and the dashboard
 
 Start a span where the framework reports the call starting, in the agent's context, so it is
 tagged with the right attempt even when the framework reports the end from elsewhere. Outside a
-rollout attempt nothing is recorded and the ``start_*`` functions return None.
+rollout attempt nothing is recorded and the ``start_*`` functions return None. A role span opened
+before its call is made (no ``start_time``) also names the role in the call's request, so the gateway
+serves the call by its role's policy (:mod:`relight.tracing.call_role`); ending it stops that.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from opentelemetry.trace import Span, Status, StatusCode
 from relight import semconv
 from relight.records import SpanKind
 from relight.tracing import otel as tracing
+from relight.tracing.call_role import call_ended, call_starts
 from relight.tracing.context import current_attempt
 
 __all__ = [
@@ -82,6 +85,8 @@ def start_role_span(
         attributes[semconv.FRAMEWORK_RUN_ID] = run_id
     if input_messages is not None:
         attributes[semconv.GEN_AI_INPUT_MESSAGES] = json.dumps(list(input_messages), default=str)
+    if start_time is None:  # opened as the call is made: the call's request names the role to the gateway
+        call_starts(role)
     return tracing.tracer().start_span(f"chat {role}", attributes=attributes, start_time=start_time)
 
 
@@ -98,6 +103,9 @@ def end_role_span(
     """
     if response_id:
         span.set_attribute(semconv.GEN_AI_RESPONSE_ID, response_id)
+    attributes: Mapping[str, Any] = getattr(span, "attributes", None) or {}
+    if isinstance(named := attributes.get(semconv.ROLE), str):
+        call_ended(named)
     _end(span, error, end_time)
 
 

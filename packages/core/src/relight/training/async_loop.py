@@ -65,7 +65,15 @@ from relight.gateway import Gateway
 from relight.records import Resources, Rollout, Transition
 from relight.rewards.group import GroupRewards
 from relight.store import Store
-from relight.training.loop import LoopHooks, Resume, TrainingLoop, group_id, group_requests, step_metrics
+from relight.training.loop import (
+    LoopHooks,
+    PolicyCounts,
+    Resume,
+    TrainingLoop,
+    group_id,
+    group_requests,
+    step_metrics,
+)
 from relight.training.options import TrainerOptions
 from relight.transitions.drops import DropReason, mark_dropped
 from relight.transitions.trained_calls import record_update
@@ -447,12 +455,13 @@ class AsyncTraining(TrainingLoop):
                 returns,
                 time_rollouts_s=waited,
                 time_update_s=updated - began,
+                policies=PolicyCounts.of(self.builder, self.algorithm),
             ),
             "epoch": max(group.task.epoch for group in batch),
             **self._async_metrics(batch, version, step),
             **self.rewards.take_metrics(),
         }
-        resources = await self.hooks.publish()
+        resources = await self.hooks.publish(metrics)
         return await self.hooks.finish_step(metrics, resources), resources
 
     def _counts(self) -> dict[str, float]:

@@ -21,22 +21,23 @@ from dataclasses import dataclass
 
 from pydantic import JsonValue
 
-from relight.algorithm import Algorithm
+from relight.algorithm import Algorithm, policy_versions
 from relight.gateway import Gateway
 from relight.records import Resources, Rollout, RolloutRequest, RolloutStatus, Transition
 from relight.rewards.group import GroupRewards
 from relight.store import Store
 from relight.training.options import TrainerOptions
+from relight.transitions.builder import TransitionBuilder
 
-__all__ = ["LoopHooks", "Resume", "TrainingLoop", "group_id", "group_requests", "step_metrics"]
+__all__ = ["LoopHooks", "PolicyCounts", "Resume", "TrainingLoop", "group_id", "group_requests", "step_metrics"]
 
 
 @dataclass(frozen=True, slots=True)
 class LoopHooks:
     """What the trainer lends the loop, so both loops publish, checkpoint, log and validate alike."""
 
-    publish: Callable[[], Awaitable[Resources]]
-    """Serve and publish the algorithm's current policy."""
+    publish: Callable[[Mapping[str, float]], Awaitable[Resources]]
+    """Serve and publish the algorithm's current policy, with the metrics of the update that made it."""
     returns: Callable[[Sequence[Rollout]], Awaitable[list[float]]]
     finish_step: Callable[[dict[str, float], Resources], Awaitable[dict[str, float]]]
     """After an update: checkpoint, metrics file, validation on schedule; returns the step's metrics."""
@@ -132,12 +133,16 @@ def step_metrics(
     time_rollouts_s: float,
     time_update_s: float,
     counts: Mapping[str, float] | None = None,
+    policies: PolicyCounts | None = None,
 ) -> dict[str, float]:
     """A step's metrics: the algorithm's (``learned``), then what it trained on and how long it took.
 
-    ``counts`` (the synchronous loop's groups and sampling rounds) stand after the transitions.
+    ``counts`` (the synchronous loop's groups and sampling rounds) stand after the transitions. With
+    several policies, ``policies`` adds per policy (``<metric>/<policy>``) what the algorithm did not
+    report itself: ``transitions/<p>`` (its calls handed to this update), ``reward/<p>`` (their mean
+    credited reward), ``policy_version/<p>`` and ``calls_left_out/<p>`` (its calls left out so far in the run).
     """
-    return {
+    metrics = {
         "step": step,
         **{key: float(value) for key, value in learned.items()},
         "policy_version": policy_version,
@@ -149,3 +154,32 @@ def step_metrics(
         "time_rollouts_s": time_rollouts_s,
         "time_update_s": time_update_s,
     }
+    if policies is not None:
+        for name in policies.names:
+            own = [t.reward for t in transitions if t.policy == name]
+            found = {
+                "transitions": float(len(own)),
+                "reward": statistics.fmean(own) if own else None,
+                "policy_version": policies.versions.get(name),
+                "calls_left_out": float(policies.left_out.get(name, 0)),
+            }
+            for metric, value in found.items():
+                if value is not None:
+                    metrics.setdefault(f"{metric}/{name}", float(value))
+    return metrics
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyCounts:
+    """What :func:`step_metrics` reports per policy in a run with several: their names, the algorithm's
+    ``policy_versions`` and the builder's running count of calls left out."""
+
+    names: Sequence[str]
+    versions: Mapping[str, int]
+    left_out: Mapping[str, int]
+
+    @classmethod
+    def of(cls, builder: TransitionBuilder, algorithm: object) -> PolicyCounts | None:
+        if builder.policies is None:
+            return None
+        return cls(list(builder.policies), policy_versions(algorithm) or {}, dict(builder.left_out))

@@ -46,6 +46,7 @@ from pydantic import JsonValue
 from relight.agent import Agent
 from relight.algorithm import Algorithm
 from relight.errors import ConfigError
+from relight.policies import Policy
 
 __all__ = ["CHECKPOINT_MANIFEST", "RUN_FILE", "Checkpoints", "ResumePoint", "RunIdentity", "RunRecord"]
 
@@ -73,6 +74,8 @@ class RunIdentity:
     max_staleness: int | None
     tasks: int
     tasks_digest: str
+    policies: dict[str, str] | None = None
+    """With several policies, each one's roles (``frozen`` added for a frozen one)."""
 
     @classmethod
     def of(
@@ -85,6 +88,7 @@ class RunIdentity:
         epochs: int,
         max_staleness: int | None,
         tasks: Sequence[JsonValue],
+        policies: Mapping[str, Policy] | None = None,
     ) -> RunIdentity:
         kind = type(algorithm)
         return cls(
@@ -97,6 +101,9 @@ class RunIdentity:
             max_staleness=max_staleness,
             tasks=len(tasks),
             tasks_digest=_digest(list(tasks)),
+            policies={name: p.describe() + (" frozen" if p.frozen else "") for name, p in policies.items()}
+            if policies is not None
+            else None,
         )
 
     def differences(self, started: Mapping[str, Any]) -> list[str]:

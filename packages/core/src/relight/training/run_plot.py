@@ -18,7 +18,9 @@ __all__ = ["plot_rewards"]
 def plot_rewards(rows: Sequence[Mapping[str, float | str]], path: Path, *, title: str = "") -> Path:
     """Draw the ``reward_mean`` of train rows and the ``val_reward_mean`` of val rows against ``step`` into ``path``.
 
-    A dotted vertical line marks each step a killed run was resumed after (``resume`` rows).
+    A run with several policies also gets each policy's training reward (``reward/<policy>``: the mean
+    reward credited to its calls). A dotted vertical line marks each step a killed run was resumed after
+    (``resume`` rows).
     """
     import matplotlib
 
@@ -33,13 +35,15 @@ def plot_rewards(rows: Sequence[Mapping[str, float | str]], path: Path, *, title
         axes.plot([s for s, _ in train], [r for _, r in train], marker=".", label="training reward (mean of rollouts)")
     if val:
         axes.plot([s for s, _ in val], [r for _, r in val], marker="o", linestyle="--", label="validation reward")
+    for policy, points in _policy_rewards(rows).items():
+        axes.plot([s for s, _ in points], [r for _, r in points], marker=".", alpha=0.8, label=f"policy {policy}")
     for index, step in enumerate(resumed):  # where a killed run was taken up again
         axes.axvline(float(step), color="grey", linestyle=":", label="resumed" if index == 0 else None)
     axes.set_xlabel("step")
     axes.set_ylabel("reward")
     axes.set_title(f"relight run {title}".strip())
     axes.grid(alpha=0.3)
-    if train or val or resumed:
+    if train or val or resumed:  # the policies' lines come with the training rows
         axes.legend(loc="best")
     figure.tight_layout()
     partial = path.with_suffix(".png.partial")
@@ -47,3 +51,14 @@ def plot_rewards(rows: Sequence[Mapping[str, float | str]], path: Path, *, title
     plt.close(figure)
     partial.replace(path)
     return path
+
+
+def _policy_rewards(rows: Sequence[Mapping[str, float | str]]) -> dict[str, list[tuple[float | str, float | str]]]:
+    """Each policy's ``reward/<policy>`` of the train rows that report it, by policy name."""
+    curves: dict[str, list[tuple[float | str, float | str]]] = {}
+    for row in rows:
+        if row["kind"] == "train":
+            for key, value in row.items():
+                if key.startswith("reward/"):
+                    curves.setdefault(key.removeprefix("reward/"), []).append((row["step"], value))
+    return curves

@@ -25,7 +25,15 @@ from relight.records import Resources, Rollout, RolloutRequest, Transition
 from relight.rewards.group import GroupRewards
 from relight.store import Store
 from relight.training.learning_signal import flat_groups, no_signal_warning, sample_until_signal
-from relight.training.loop import LoopHooks, Resume, TrainingLoop, group_id, group_requests, step_metrics
+from relight.training.loop import (
+    LoopHooks,
+    PolicyCounts,
+    Resume,
+    TrainingLoop,
+    group_id,
+    group_requests,
+    step_metrics,
+)
 from relight.training.options import TrainerOptions
 from relight.transitions.trained_calls import record_update
 
@@ -73,7 +81,7 @@ class SyncTraining(TrainingLoop):
                     continue
                 metrics = await self.step(dataset[start : start + size], resources, step)
                 metrics["epoch"] = epoch
-                resources = await self.hooks.publish()
+                resources = await self.hooks.publish(metrics)
                 self._step = step
                 history.append(await self.hooks.finish_step(metrics, resources))
                 self.hooks.report(metrics)
@@ -130,6 +138,7 @@ class SyncTraining(TrainingLoop):
                 time_rollouts_s=rolled - began,
                 time_update_s=updated - rolled,
                 counts={"groups": groups, "groups_no_signal": flat, "sampling_rounds": rounds},
+                policies=PolicyCounts.of(self.builder, self.algorithm),
             )
             | self.rewards.take_metrics()
         )

@@ -26,11 +26,11 @@ import asyncio
 import os
 import statistics
 import time
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import JsonValue
@@ -39,10 +39,11 @@ from rich.console import Console
 from relight._internal import loop as _loop
 from relight._internal.server import AsgiServer
 from relight.agent import Agent
-from relight.algorithm import Algorithm, UpstreamTarget
+from relight.algorithm import Algorithm, UpstreamTarget, policy_versions
 from relight.errors import ConfigError, NotFoundError
 from relight.gateway import Gateway, OpenAIUpstream, Upstream
 from relight.plugins import open_store
+from relight.policies import Policy, per_policy
 from relight.records import Mode, Resources, Rollout, RolloutRequest, RolloutStatus
 from relight.rewards.group import GroupReward, GroupRewards
 from relight.runners.group import RunnerGroup
@@ -60,8 +61,8 @@ from relight.training.resume import Checkpoints, RunIdentity, RunRecord
 from relight.training.role_check import RoleCheck
 from relight.training.run_folder import RunFolder, default_run_dir
 from relight.training.sync_loop import SyncTraining
-from relight.transitions.builder import TransitionBuilder, episode_return, last_attempt_spans
-from relight.transitions.run_config import TRANSITIONS_ITEM, describe
+from relight.transitions.builder import PolicyMap, TransitionBuilder, episode_return, last_attempt_spans
+from relight.transitions.run_config import POLICY_METRICS_ITEM, POLICY_VERSIONS_ITEM, TRANSITIONS_ITEM, describe
 
 __all__ = ["DEV_MAX_TOKENS", "DEV_TIMEOUT", "DevResult", "GatewayOptions", "Trainer", "TrainerOptions"]
 
@@ -103,6 +104,13 @@ class Trainer:
         epochs: passes over the training tasks.
         val_every: validate every this many steps (and before and after training); None: only after.
         transitions: how rollouts become transitions (role filter, credit, groups).
+        policies: several policies in one run, one per role (see :mod:`relight.policies`): each name maps
+            to a :class:`relight.Policy` or to its roles as a role filter takes them
+            (``{"writer": "write_query|rewrite_query", "checker": "check_query"}``). The gateway serves each
+            call by its role's policy, and each transition names the policy that trains it; a role no
+            policy names is served by the base model and not trained. The algorithm learns them
+            through its ``set_policies(policies)`` before it serves; one without that method cannot
+            train several policies (TypeError).
         max_attempts: tries per rollout before it fails.
         timeout: seconds one attempt may run; None for no limit.
         lease_seconds: how long an attempt stays a runner's without a heartbeat; a runner that dies
@@ -148,6 +156,7 @@ class Trainer:
         epochs: int = 1,
         val_every: int | None = None,
         transitions: TransitionBuilder | None = None,
+        policies: PolicyMap | None = None,
         max_attempts: int = 3,
         timeout: float | None = None,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
@@ -176,7 +185,7 @@ class Trainer:
             n_samples=n_samples,
             epochs=epochs,
             val_every=val_every,
-            transitions=transitions or TransitionBuilder(),
+            transitions=_with_policies(transitions or TransitionBuilder(), policies),
             max_attempts=max_attempts,
             timeout=timeout,
             lease_seconds=lease_seconds,
@@ -194,9 +203,21 @@ class Trainer:
             group_rewards=tuple(group_rewards),
         )
         GroupRewards(self.options.group_rewards)  # distinct names, checked now rather than at the first step
+        if algorithm is not None and self.policies is not None:
+            _policy_setter(algorithm)  # an algorithm that cannot train several policies is refused now
         self.console = console or Console()
         self.progress = RunProgress(self.console, every=progress_every)
         self._role_check: RoleCheck | None = None
+
+    @property
+    def policies(self) -> Mapping[str, Policy] | None:
+        """The run's policies by name (see :mod:`relight.policies`); None for a run of one policy."""
+        return self.options.transitions.policies
+
+    def _tell_policies(self, algorithm: Algorithm) -> None:
+        """Hand the run's policies to the algorithm before it serves (and before a checkpoint is loaded)."""
+        if self.policies is not None:
+            _policy_setter(algorithm)(dict(self.policies))
 
     # -- fit --------------------------------------------------------------------------------------
 
@@ -240,14 +261,16 @@ class Trainer:
             epochs=options.epochs,
             max_staleness=options.max_staleness,
             tasks=train_dataset,
+            policies=self.policies,
         )
         record = RunRecord.open(run.path, identity)
         store_url = options.store if options.store is not None else run.store_url
         for tracker, link in trackers.start(RunInfo(run.path.name, run.path, self._config(algorithm, store_url))):
             self.progress.note(f"relight: {tracker} run at {link}")
         checkpoints = Checkpoints(options.checkpoint_dir or run.checkpoints, warn=self.progress.warn)
-        self._role_check = RoleCheck(options.transitions.roles)
+        self._role_check = RoleCheck(options.transitions.roles, policies=self.policies)
         self.progress.note(f"relight: run folder {run.path}  (store {_named(store_url)})")
+        self._tell_policies(algorithm)
         resume: Resume | None = None
         if record.resumed:
             resume, history = await self._resume(run, checkpoints, algorithm)
@@ -283,7 +306,7 @@ class Trainer:
                     return metrics
 
                 hooks = LoopHooks(
-                    publish=lambda: self._publish(loop, algorithm),
+                    publish=lambda metrics: self._publish(loop, algorithm, metrics),
                     returns=lambda rollouts: self._returns(loop.store, rollouts),
                     finish_step=finish_step,
                     report=self.progress.step,
@@ -297,7 +320,10 @@ class Trainer:
                     self.progress.step(history[-1])
             ended = "finished"
         finally:
-            run.write_summary({"status": ended, "policy_version": algorithm.policy_version, "store": _named(store_url)})
+            summary: dict[str, JsonValue] = {"status": ended, "policy_version": algorithm.policy_version}
+            if (versions := policy_versions(algorithm)) is not None:
+                summary[POLICY_VERSIONS_ITEM] = dict(versions)
+            run.write_summary({**summary, "store": _named(store_url)})
             self.progress.note(f"relight: run {ended}; metrics, summary and reward curve in {run.path}")
         return history
 
@@ -367,6 +393,7 @@ class Trainer:
             "max_attempts": self.options.max_attempts,
             "dynamic_sampling": self.options.dynamic_sampling,
             "roles": str(self.options.transitions.roles) if self.options.transitions.roles is not None else None,
+            "policies": {name: policy.describe() for name, policy in self.policies.items()} if self.policies else None,
         }
 
     def _training(self, loop: _Loop, algorithm: Algorithm, hooks: LoopHooks, run_id: str) -> TrainingLoop:
@@ -419,14 +446,18 @@ class Trainer:
             "val_completed_rate": succeeded / len(rollouts),
         }
 
-    async def _publish(self, loop: _Loop, algorithm: Algorithm) -> Resources:
+    async def _publish(
+        self, loop: _Loop, algorithm: Algorithm, metrics: Mapping[str, float] | None = None
+    ) -> Resources:
         """Make the algorithm's current policy the served and published one.
 
         A version is published only when it differs from the last one the store holds (an update that
         changed no weights, or a resumed run, publishes nothing), so resources versions, policy versions
         and the dashboard's versions stay one count. The items also say how the run turns calls into
         transitions (:func:`relight.transitions.run_config.describe`), so ``relight show`` and the
-        dashboard judge calls as the run did.
+        dashboard judge calls as the run did. With several policies a version also carries each
+        policy's version and what the update that made it reported per policy (``metrics``' keys
+        ``<metric>/<policy>``: loss, reward, calls trained and left out), which the dashboard shows.
         """
         loop.gateway.policy_version = algorithm.policy_version
         items: dict[str, JsonValue] = {
@@ -435,12 +466,17 @@ class Trainer:
             TRANSITIONS_ITEM: describe(self.options.transitions),
             **algorithm.resources(),
         }
+        versions = policy_versions(algorithm)
+        if versions is not None:
+            items[POLICY_VERSIONS_ITEM] = dict(versions)
         try:
             latest = await loop.store.get_resources()
         except NotFoundError:
             latest = None
-        if latest is not None and latest.items == items:
+        if latest is not None and {k: v for k, v in latest.items.items() if k != POLICY_METRICS_ITEM} == items:
             return latest
+        if metrics is not None and self.policies is not None:
+            items[POLICY_METRICS_ITEM] = cast(JsonValue, per_policy(metrics, self.policies))
         return await loop.store.publish_resources(items)
 
     async def _returns(self, store: Store, rollouts: Sequence[Rollout]) -> list[float]:
@@ -514,6 +550,7 @@ class Trainer:
             key = api_key or os.environ.get("OPENAI_API_KEY")
             upstreams = [OpenAIUpstream(base_url, vllm=vllm, api_key=key)]
         elif self.algorithm is not None:
+            self._tell_policies(self.algorithm)
             upstreams = await asyncio.to_thread(self.algorithm.upstreams)
         else:
             raise ConfigError("dev() needs base_url=<an OpenAI-compatible endpoint> or a Trainer with an algorithm")
@@ -527,7 +564,10 @@ class Trainer:
         gateway.setdefault("default_max_tokens", max_tokens)
         limit = self.options.timeout if self.options.timeout is not None else timeout
         results: list[DevResult] = []
-        async with self._loop(agent, upstreams, model, store_url, gateway=gateway, timeout=limit) as loop:
+        routed = base_url is None  # the algorithm's upstreams serve its policies; another endpoint knows none
+        async with self._loop(
+            agent, upstreams, model, store_url, gateway=gateway, timeout=limit, routed=routed
+        ) as loop:
             requests = [RolloutRequest(input=task, mode=Mode.VAL, max_attempts=1) for task in dataset]
             rollouts = await loop.store.enqueue(requests)
             try:
@@ -558,10 +598,12 @@ class Trainer:
         *,
         gateway: GatewayOptions | None = None,
         timeout: float | None = None,
+        routed: bool = True,
     ) -> AsyncGenerator[_Loop]:
         """A store, a gateway in front of ``upstreams`` and runners working on them, for the block's duration.
 
-        ``gateway`` and ``timeout`` replace the trainer's gateway options and attempt timeout (dev mode's).
+        ``gateway`` and ``timeout`` replace the trainer's gateway options and attempt timeout (dev mode's);
+        ``routed=False`` serves every call as asked even with policies (an endpoint that knows none of them).
         """
         store = open_store(store_url) if isinstance(store_url, str) else store_url
         try:
@@ -569,6 +611,8 @@ class Trainer:
                 store,
                 upstreams,
                 policy_version=self.algorithm.policy_version if self.algorithm is not None else None,
+                policies=self.policies if routed else None,
+                model=model,
                 **(gateway if gateway is not None else self.options.gateway),
             ) as gateway_server:
                 gateway_url = gateway_server.url
@@ -654,6 +698,23 @@ class Trainer:
                     await self._role_check.check(loop.store, rollouts)
                 if all(rollout.is_finished for rollout in rollouts):
                     return rollouts
+
+
+def _with_policies(builder: TransitionBuilder, policies: PolicyMap | None) -> TransitionBuilder:
+    """``builder``, or a copy of it that trains ``policies`` (``Trainer(policies=...)``)."""
+    return builder if policies is None else builder.with_policies(policies)
+
+
+def _policy_setter(algorithm: Algorithm) -> Callable[[dict[str, Policy]], object]:
+    """The algorithm's ``set_policies``. Raises TypeError naming the algorithm when it has none."""
+    setter = getattr(algorithm, "set_policies", None)
+    if not callable(setter):
+        raise TypeError(
+            f"{type(algorithm).__name__} cannot train several policies: it has no set_policies(policies) method. "
+            "Train one policy (leave policies out, or use a role filter: TransitionBuilder(roles=...)), or use an "
+            "algorithm that trains one per role"
+        )
+    return cast(Callable[[dict[str, Policy]], object], setter)
 
 
 def _last_step(run: RunFolder) -> int:

@@ -1,10 +1,12 @@
 """From a finished attempt's spans to transitions: what every trainer (and the JSONL export) consumes.
 
-Each LLM span the gateway recorded becomes one :class:`relight.Transition`. Its role comes
-from the adapter's role span for the same call, found by response id, else by equal request
-messages, else by order (the role span around the call, then the next unmatched one). Credit is
+Each LLM span the gateway recorded becomes one :class:`relight.Transition`. Its role is the one
+the call named when it reached the gateway, else the adapter's role span's for the same call, found
+by response id, else by equal request messages, else by order (the role span around the call, then
+the next unmatched one). Credit is
 assigned over all the attempt's calls (see :mod:`relight.transitions.credit`) before a role filter keeps the
-roles being trained, so a filtered role's calls still count as steps of the episode.
+roles being trained, so a filtered role's calls still count as steps of the episode. With several
+policies (:mod:`relight.policies`) each transition names the policy that trains it instead.
 
 Only succeeded rollouts yield transitions unless ``include_failed`` is set; then a failed
 rollout's last attempt counts, its calls sharing ``failed_reward`` when it recorded no reward.
@@ -12,10 +14,12 @@ rollout's last attempt counts, its calls sharing ``failed_reward`` when it recor
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import re
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any, cast
@@ -25,6 +29,7 @@ from pydantic import JsonValue
 from relight import semconv
 from relight.errors import ConfigError
 from relight.plugins import registry
+from relight.policies import Policies, Policy, RoleFilter, as_policies, check_role_filter, role_matches
 from relight.records import Attempt, AttemptStatus, Mode, Rollout, RolloutStatus, Span, SpanKind, Transition
 from relight.store import Store
 from relight.transitions.credit import Call, CreditAssigner, Episode, Event
@@ -33,6 +38,7 @@ from relight.transitions.trained_calls import trained_calls
 from relight.transitions.verdicts import CallVerdict, Note, Reason, RolloutVerdict
 
 __all__ = [
+    "PolicyMap",
     "RoleFilter",
     "TransitionBuilder",
     "credit_assigner",
@@ -45,16 +51,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-RoleFilter = str | Sequence[str] | re.Pattern[str] | None
-"""Which roles to train, as Agent Lightning's ``agent_match``:
-
-- a string or compiled pattern is a regular expression *searched* in the role path, so
-  ``"write|rewrite"`` keeps ``write_query``, ``rewrite_query`` and ``team/writer``; anchor it
-  (``"^writer$"``) to match a whole path;
-- a list (or tuple, set) names exact role paths: ``["team/writer"]`` keeps that role alone;
-- None keeps every call, also those no adapter named.
-
-Calls without a role (no adapter recorded a role span) are kept only by None."""
+PolicyMap = Mapping[str, Policy | str | Sequence[str] | re.Pattern[str]]
+"""Policies as given: each name to a :class:`relight.Policy` or a role filter (see :mod:`relight.policies`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,10 +68,13 @@ def credit_assigner(name: str, **options: float | str) -> CreditAssigner:
 
 
 class TransitionBuilder:
-    """Makes transitions from finished rollouts: join, credit, role filter, groups.
+    """Makes transitions from finished rollouts: join, credit, role filter or policies, groups.
 
     Args:
         roles: see :data:`RoleFilter`.
+        policies: several policies, one per role (see :mod:`relight.policies`): each transition names the
+            policy that trains it, and a call of a role no policy names, or of a frozen policy, is left
+            out. Instead of ``roles``, never with it.
         credit: the name of a registered credit assigner (``identical``, ``discounted``, ``per_step``, ``air``).
         group_by_role: group transitions by task and role (``<group>/<role>``) rather than by task.
         include_failed: also make transitions of failed rollouts (from their last attempt).
@@ -85,24 +86,50 @@ class TransitionBuilder:
         self,
         *,
         roles: RoleFilter = None,
+        policies: PolicyMap | None = None,
         credit: str = "identical",
         group_by_role: bool = False,
         include_failed: bool = False,
         failed_reward: float = 0.0,
         **credit_options: float | str,
     ) -> None:
-        if isinstance(roles, str):
-            try:
-                re.compile(roles)
-            except re.error as error:
-                raise ConfigError(f"roles={roles!r} is not a valid regular expression: {error}") from None
-        self.roles = roles
+        if policies is not None and roles is not None:
+            raise ConfigError(
+                f"roles={roles!r} and policies are given together: with policies, each policy names its roles "
+                "and a role no policy names is left out"
+            )
+        self.roles: RoleFilter = check_role_filter(roles)
+        self.policies: dict[str, Policy] | None = as_policies(policies) if policies is not None else None
+        """The run's policies by name; None for a run of one policy (the role filter's)."""
+        self._policies = Policies(self.policies) if self.policies is not None else None
         self.assign: CreditAssigner = credit_assigner(credit, **credit_options)
         self.group_by_role = group_by_role
         self.include_failed = include_failed
         self.failed_reward = failed_reward
         self.skipped = 0
         """Calls left out because they had no token ids (see the gateway's ``untrainable`` count)."""
+        self.left_out: Counter[str] = Counter()
+        """With policies: calls of each policy's roles that :meth:`from_spans` left out so far (a frozen policy,
+        served by another policy, no token ids)."""
+
+    def with_policies(self, policies: PolicyMap) -> TransitionBuilder:
+        """A copy of this builder that trains ``policies`` (what ``Trainer(policies=...)`` does with its builder).
+
+        Raises:
+            relight.ConfigError: this builder has a role filter, or policies of its own.
+        """
+        if self.roles is not None:
+            raise ConfigError(
+                f"policies and a role filter (TransitionBuilder(roles={self.roles!r})) are given together: "
+                "with policies, each policy names its roles"
+            )
+        if self.policies is not None:
+            raise ConfigError("policies are given twice (to the Trainer and to its TransitionBuilder): give them once")
+        copied = copy.copy(self)
+        copied.left_out = Counter()
+        copied.policies = as_policies(policies)
+        copied._policies = Policies(copied.policies)
+        return copied
 
     async def from_store(self, store: Store, rollouts: Iterable[Rollout]) -> list[Transition]:
         """Transitions of finished rollouts, read from ``store``, rollout by rollout."""
@@ -118,6 +145,7 @@ class TransitionBuilder:
         """Transitions of one attempt, from its spans."""
         verdicts = self.judge(rollout, attempt_id, spans)
         self.skipped += sum(verdict.reason is Reason.NO_TOKEN_IDS for verdict in verdicts)
+        self.left_out.update(v.policy for v in verdicts if v.policy is not None and v.reason is not None)
         return [verdict.transition for verdict in verdicts if verdict.transition is not None]
 
     async def explain(self, store: Store, rollout: Rollout, *, training: bool = True) -> RolloutVerdict:
@@ -205,10 +233,17 @@ class TransitionBuilder:
     def _verdict(
         self, rollout: Rollout, attempt_id: str, step: int, item: _Joined, reward: float, build: bool
     ) -> CallVerdict:
-        if not role_matches(self.roles, item.role):
-            detail = f"role {item.role!r} is not among the trained roles ({self.roles!r})"
-            return CallVerdict(item.span, step, item.role, reward, None, Reason.FILTERED_ROLE, detail)
         attributes = item.span.attributes
+        policy: str | None = None
+        if self._policies is None:
+            if not role_matches(self.roles, item.role):
+                detail = f"role {item.role!r} is not among the trained roles ({self.roles!r})"
+                return CallVerdict(item.span, step, item.role, reward, None, Reason.FILTERED_ROLE, detail)
+        else:
+            policy = self._policies.policy_of(item.role)
+            left_out = _policy_left_out(policy, item.role, attributes, self._policies)
+            if left_out is not None:
+                return CallVerdict(item.span, step, item.role, reward, None, left_out[0], left_out[1], policy=policy)
         prompt_ids, response_ids = attributes.get(semconv.PROMPT_TOKEN_IDS), attributes.get(semconv.RESPONSE_TOKEN_IDS)
         if not (isinstance(prompt_ids, list) and prompt_ids and isinstance(response_ids, list)):
             detail = (
@@ -216,17 +251,19 @@ class TransitionBuilder:
                 if semconv.IMPORT_MISSING in attributes
                 else "the upstream returned no token ids and the gateway had no retokenizer"
             )
-            return CallVerdict(item.span, step, item.role, reward, None, Reason.NO_TOKEN_IDS, detail)
+            return CallVerdict(item.span, step, item.role, reward, None, Reason.NO_TOKEN_IDS, detail, policy=policy)
         notes = [Note.RETOKENIZED] if attributes.get(semconv.RETOKENIZED) is True else []
         if attributes.get(semconv.RETOKENIZED_EXACT) is False:
             notes.append(Note.INEXACT)
         finish = attributes.get(semconv.GEN_AI_RESPONSE_FINISH_REASONS)
         if isinstance(finish, list) and "length" in finish:
             notes.append(Note.TRUNCATED)
-        transition = self._transition(rollout, attempt_id, step, item, reward) if build else None
-        return CallVerdict(item.span, step, item.role, reward, transition, None, notes=tuple(notes))
+        transition = self._transition(rollout, attempt_id, step, item, reward, policy) if build else None
+        return CallVerdict(item.span, step, item.role, reward, transition, None, notes=tuple(notes), policy=policy)
 
-    def _transition(self, rollout: Rollout, attempt_id: str, step: int, item: _Joined, reward: float) -> Transition:
+    def _transition(
+        self, rollout: Rollout, attempt_id: str, step: int, item: _Joined, reward: float, policy: str | None
+    ) -> Transition:
         """The call's transition; :meth:`_verdict` has checked it has token ids."""
         attributes = item.span.attributes
         prompt_ids = cast(list[int], attributes[semconv.PROMPT_TOKEN_IDS])
@@ -240,6 +277,7 @@ class TransitionBuilder:
             group_id=group,
             step=step,
             role=item.role,
+            policy=policy,
             prompt_token_ids=prompt_ids,
             response_token_ids=response_ids,
             response_logprobs=[float(v) for v in cast(list[float], logprobs)] if isinstance(logprobs, list) else None,
@@ -252,17 +290,29 @@ class TransitionBuilder:
         )
 
 
-def role_matches(roles: RoleFilter, role: str | None) -> bool:
-    """Whether the filter ``roles`` keeps a call made by ``role`` (see :data:`RoleFilter`)."""
-    if roles is None:
-        return True
-    if role is None:
-        return False
-    if isinstance(roles, str):
-        return re.search(roles, role) is not None
-    if isinstance(roles, re.Pattern):
-        return roles.search(role) is not None
-    return role in roles
+def _policy_left_out(
+    policy: str | None, role: str | None, attributes: Mapping[str, JsonValue], policies: Policies
+) -> tuple[Reason, str] | None:
+    """Why a call of a run with policies is not trained by ``policy`` (its role's), or None when it is.
+
+    A call must have been served by the policy that trains it: its tokens and logprobs are that
+    policy's. The gateway records which policy served each call (``relight.policy``), or that it
+    could not tell the call's role when it arrived (``relight.policy.unrouted``: the base model served it).
+    """
+    if policy is None:
+        named = ", ".join(f"{name!r} ({p.describe()})" for name, p in policies.by_name.items())
+        return Reason.NO_POLICY, f"no policy names role {role!r} (policies: {named}); the base model served it"
+    if policies.by_name[policy].frozen:
+        return Reason.FROZEN_POLICY, f"policy {policy!r} is frozen: it serves role {role!r} and is never trained"
+    if attributes.get(semconv.POLICY_UNROUTED) is True:
+        return Reason.OTHER_POLICY, (
+            f"the gateway could not tell the call's role when it arrived, so the base model served it, not policy "
+            f"{policy!r} (role {role!r}); an adapter or relight.role() names the role of each call as it is made"
+        )
+    served = attributes.get(semconv.POLICY)
+    if isinstance(served, str) and served != policy:
+        return Reason.OTHER_POLICY, f"policy {served!r} served it, but its role {role!r} belongs to policy {policy!r}"
+    return None
 
 
 def _metadata(attributes: dict[str, JsonValue]) -> dict[str, JsonValue]:
@@ -316,7 +366,14 @@ def _join(llm_spans: Sequence[Span], role_spans: Sequence[Span]) -> list[_Joined
     for llm in (s for s in llm_spans if s.span_id not in roles):
         if unmatched:
             pair(llm, unmatched[0])
-    return [_Joined(llm, roles.get(llm.span_id)) for llm in llm_spans]
+    return [_Joined(llm, _arrival_role(llm) or roles.get(llm.span_id)) for llm in llm_spans]
+
+
+def _arrival_role(llm: Span) -> str | None:
+    """The role the call named when it reached the gateway (see :mod:`relight.tracing.call_role`): it decided
+    which policy served the call, so it wins over any join."""
+    role = llm.attributes.get(semconv.ROLE)
+    return role if isinstance(role, str) and role else None
 
 
 def _attempt_to_use(rollout: Rollout, attempts: Sequence[Attempt], include_failed: bool) -> str | None:

@@ -1,7 +1,7 @@
 """How a run turns calls into transitions, kept with the resources it publishes, so readers judge as it did.
 
 ``relight show``, ``relight export`` and the dashboard say why each call was or was not trained.
-That depends on the run's role filter and on whether it trains failed rollouts, which live in the
+That depends on the run's role filter or policies and on whether it trains failed rollouts, which live in the
 :class:`relight.TransitionBuilder` given to :class:`relight.Trainer`: a reader started later must not
 have to be told them again. So the trainer publishes them with every policy version, as the
 resources item ``relight.transitions`` (:func:`describe`), and readers rebuild the builder from the
@@ -16,25 +16,46 @@ from typing import cast
 from pydantic import JsonValue
 
 from relight.errors import NotFoundError
+from relight.policies import Policy, RoleFilter
 from relight.store import Store
-from relight.transitions.builder import RoleFilter, TransitionBuilder
+from relight.transitions.builder import TransitionBuilder
 
-__all__ = ["TRANSITIONS_ITEM", "builder_of_run", "describe", "latest_items", "run_model"]
+__all__ = [
+    "POLICY_METRICS_ITEM",
+    "POLICY_VERSIONS_ITEM",
+    "TRANSITIONS_ITEM",
+    "builder_of_run",
+    "describe",
+    "latest_items",
+    "run_model",
+]
 
 TRANSITIONS_ITEM = "relight.transitions"
+POLICY_VERSIONS_ITEM = "policy_versions"
+"""The resources item of a run with several policies: each policy's version, as the algorithm reports it."""
+POLICY_METRICS_ITEM = "relight.policy_metrics"
+"""The resources item of a run with several policies: per policy, what the update that made this version
+reported (``{"writer": {"loss": …, "reward": …, "transitions": …, "calls_left_out": …}}``)."""
 
 
 def describe(builder: TransitionBuilder) -> dict[str, JsonValue]:
-    """The builder's role filter (a regular expression, or a list of exact roles) and ``include_failed``."""
-    roles = builder.roles
-    described: JsonValue
+    """The builder's role filter (a regular expression, or a list of exact roles), its policies (each one's
+    roles and whether it is frozen; absent in a run of one policy) and ``include_failed``."""
+    described: dict[str, JsonValue] = {"roles": _described(builder.roles), "include_failed": builder.include_failed}
+    if builder.policies is not None:
+        described["policies"] = {
+            name: {"roles": _described(policy.roles), "frozen": policy.frozen}
+            for name, policy in builder.policies.items()
+        }
+    return described
+
+
+def _described(roles: RoleFilter) -> JsonValue:
     if roles is None or isinstance(roles, str):
-        described = roles
-    elif isinstance(roles, re.Pattern):
-        described = roles.pattern
-    else:
-        described = {"exact": list(roles)}
-    return {"roles": described, "include_failed": builder.include_failed}
+        return roles
+    if isinstance(roles, re.Pattern):
+        return roles.pattern
+    return {"exact": list(roles)}
 
 
 def _roles(value: JsonValue) -> RoleFilter:
@@ -58,8 +79,20 @@ async def builder_of_run(store: Store) -> TransitionBuilder | None:
     if not isinstance(described, dict):
         return None
     return TransitionBuilder(
-        roles=_roles(described.get("roles")), include_failed=described.get("include_failed") is True
+        roles=_roles(described.get("roles")),
+        policies=_policies(described.get("policies")),
+        include_failed=described.get("include_failed") is True,
     )
+
+
+def _policies(value: JsonValue) -> dict[str, Policy] | None:
+    if not isinstance(value, dict) or not value:
+        return None
+    policies: dict[str, Policy] = {}
+    for name, policy in value.items():
+        if isinstance(policy, dict):
+            policies[name] = Policy(roles=_roles(policy.get("roles")), frozen=policy.get("frozen") is True)
+    return policies or None
 
 
 async def run_model(store: Store) -> str | None:

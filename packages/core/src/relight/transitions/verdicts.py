@@ -41,6 +41,13 @@ class Reason(StrEnum):
     """The gateway recorded the call as an error (the upstream failed or refused it)."""
     FILTERED_ROLE = "filtered role"
     """The call's role is not one the role filter trains."""
+    NO_POLICY = "no policy"
+    """In a run with several policies, no policy names the call's role: the base model served it."""
+    FROZEN_POLICY = "frozen policy"
+    """The policy that names the call's role is frozen: it serves its calls and never learns from them."""
+    OTHER_POLICY = "served by another policy"
+    """Its role's policy did not serve it (the gateway could not tell the role when the call arrived, so
+    the base model did): its tokens are not that policy's to learn from."""
     NO_TOKEN_IDS = "no token ids"
     """The upstream gave no token ids and nothing retokenized the call: it is untrainable."""
     NO_SIGNAL = "group without signal"
@@ -79,6 +86,8 @@ class CallVerdict:
     detail: str = ""
     """The reason in words, naming what decided it (the role filter, the error)."""
     notes: tuple[Note, ...] = ()
+    policy: str | None = None
+    """In a run with several policies, the policy that names the call's role (None: none does, or a run of one)."""
 
     @property
     def trained(self) -> bool:

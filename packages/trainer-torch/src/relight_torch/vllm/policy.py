@@ -4,8 +4,9 @@
 LoRA adapters by default, and its tokenizer) and the vLLM server that serves it: one relight starts from
 the vLLM environment (:class:`~relight_torch.vllm.server.VLLMServer`), or one the user runs (``url``).
 
-After each update the new version is pushed while the gateway is paused and drained (the trainer pauses
-it around every update):
+After each update the new version is pushed, with the gateway paused and drained (the trainer pauses it
+around every update) or, for LoRA with ``VLLMGRPO(live_updates=True)`` in asynchronous training, while
+calls go on:
 
 - **LoRA** (the default): the adapter is saved (``save_pretrained``, peft's own format) and loaded into
   the running server under a name of its own, ``<label>-v<n>`` (``/v1/load_lora_adapter``); the gateway's
@@ -205,15 +206,37 @@ class VLLMGRPO(GRPO):
     Truncated importance sampling corrects every sample, not only stale ones: vLLM samples in bfloat16
     with its own kernels, so the recorded logprobs are never the learner's (see ``logprob_delta_*`` and
     ``tis_clipped_fraction`` in the metrics).
+
+    Args:
+        policy: What is trained and where it is served.
+        live_updates: Update while the policy serves calls, which asynchronous training
+            (``Trainer(max_staleness=k)``) then does without pausing the gateway. True only with LoRA:
+            the learner never trains what vLLM serves (vLLM holds its own copy), and a push loads the new
+            adapter beside the old one, so a call finishes on the adapter it started on (its span records
+            that version) while new calls go to the new one. A full-weight reload replaces the weights under
+            every call in flight, so it is always done with the gateway paused.
+        options: :class:`~relight_torch.GRPO`'s (``lr``, ``clip``, ``tis_cap``, …).
     """
 
     engine_numerics_differ = True
 
-    def __init__(self, policy: VLLMPolicy, **options: Any) -> None:
-        if options.get("live_updates") or options.get("learner_process"):
-            raise ValueError("VLLMGRPO trains beside the server: live_updates and learner_process do not apply")
+    def __init__(self, policy: VLLMPolicy, *, live_updates: bool = False, **options: Any) -> None:
+        if options.get("learner_process"):
+            raise ValueError("VLLMGRPO trains beside the server: learner_process does not apply")
+        if live_updates and policy.lora is None:
+            raise ValueError(
+                "live_updates=True needs LoRA (VLLMPolicy(lora=LoraOptions(...))): a full-weight reload replaces "
+                "the weights under the calls in flight, so it is done with the gateway paused"
+            )
         self.policy = policy
         super().__init__(policy, **options)  # type: ignore[arg-type]  # VLLMPolicy has what GRPO uses of an engine
+        self.live_updates = live_updates
+
+    @contextmanager
+    def changing_weights(self) -> Iterator[None]:
+        """Around an update: the learner's model is trained in place (vLLM serves its own copy), then pushed."""
+        with self.policy.updating_weights():
+            yield
 
     def upstreams(self) -> Sequence[UpstreamTarget | VLLMUpstream]:  # type: ignore[override]
         return [self.policy.start()]

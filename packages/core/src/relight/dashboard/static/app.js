@@ -80,6 +80,7 @@ async function runsView() {
       el("div", { id: "chart-kept", class: "chart" })),
     el("h2", { text: "By policy version" }),
     el("table", { id: "versions", "data-testid": "versions" }),
+    el("div", { id: "policies" }),
   );
   for (const key of Object.keys(charts)) delete charts[key];
   refresh = drawRuns;
@@ -98,9 +99,16 @@ async function drawRuns() {
   );
   const points = curves.points;
   const value = (p, key) => (p[key] === undefined ? null : p[key]);
+  // A run with several policies: each policy's reward (its calls' credited reward in the update that made the version).
+  const policyNames = [...new Set(points.flatMap((p) => Object.keys(p.policies || {})))];
+  const palette = ["#db2777", "#0891b2", "#ca8a04", "#7c3aed", "#ea580c", "#0d9488"];
+  const rewardOf = (p, key) => (key.startsWith("policy:")
+    ? (p.policies?.[key.slice(7)]?.reward ?? null) : value(p, key));
   chart("reward", "Reward", [
     { key: "train_reward", label: "train", color: "#2563eb" },
-    { key: "val_reward", label: "validation", color: "#16a34a" }], points, value);
+    { key: "val_reward", label: "validation", color: "#16a34a" },
+    ...policyNames.map((name, i) => ({ key: `policy:${name}`, label: `policy ${name}`, color: palette[i % 6] }))],
+  points, rewardOf);
   chart("speed", "Rollouts per second", [{ key: "rollouts_per_s", label: "rollouts/s", color: "#9333ea" }],
     points, value);
   chart("kept", "LLM calls", [
@@ -120,6 +128,26 @@ async function drawRuns() {
       // A retried attempt's calls are judged on the rollout's page; here only how many attempts were retried.
       ...(p.retried_attempts ? [`and the calls of ${p.retried_attempts} retried attempt(s)`] : [])].join(", ") || "–" })));
   document.getElementById("versions").replaceChildren(el("thead", {}, head), el("tbody", {}, rows));
+  drawPolicies(points, policyNames);
+}
+
+function drawPolicies(points, names) {
+  const holder = document.getElementById("policies");
+  if (!names.length) {
+    holder.replaceChildren();
+    return;
+  }
+  const head = el("tr", {}, ["version", "policy", "its version", "reward", "loss", "calls trained",
+    "calls left out (so far)"].map((h) => el("th", { text: h })));
+  const rows = points.flatMap((p) => names.filter((n) => p.policies?.[n]).map((n) => {
+    const f = p.policies[n];
+    return el("tr", {},
+      el("td", { text: p.policy_version }), el("td", { text: n }), el("td", { text: f.policy_version ?? "–" }),
+      el("td", { text: fmt(f.reward) }), el("td", { text: fmt(f.loss) }),
+      el("td", { text: f.transitions ?? "–" }), el("td", { text: f.calls_left_out ?? "–" }));
+  }));
+  holder.replaceChildren(el("h2", { text: "By policy" }),
+    el("table", { id: "policy-table", "data-testid": "policies" }, el("thead", {}, head), el("tbody", {}, rows)));
 }
 
 // -- rollout list ---------------------------------------------------------------------------------
@@ -246,7 +274,9 @@ function call(c, decoded) {
     ? el("span", { class: "trained", text: "trained" + (c.notes.length ? ` (${c.notes.join(", ")})` : "") })
     : el("span", { class: "dropped", title: c.detail, text: `not trained: ${c.reason}` });
   return el("section", { class: "call", "data-testid": "call", "data-span": c.span_id },
-    el("h3", {}, `call ${c.step ?? "–"} `, c.role ? el("span", { class: "role", text: c.role }) : "", " ", fate),
+    el("h3", {}, `call ${c.step ?? "–"} `, c.role ? el("span", { class: "role", text: c.role }) : "",
+      c.policy ? el("span", { class: "role", "data-testid": "policy", text: ` policy ${c.policy}` }) : "", " ", fate),
+    c.served_by ? el("p", { class: "facts", "data-testid": "served-by", text: `served by ${c.served_by}` }) : null,
     el("p", { class: "facts" },
       `reward after credit ${fmt(c.reward)} · group ${c.group_id ?? "–"} · policy version ${fmt(c.policy_version)}`,
       c.trained_into === null ? "" : el("span", { "data-testid": "advantage",

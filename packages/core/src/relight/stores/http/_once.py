@@ -1,11 +1,12 @@
-"""Request ids: a retried claim, finish or publish is answered with the first try's reply, not done twice.
+"""Request ids: a retried record, claim, finish or publish is answered with the first try's reply, not done twice.
 
 A client retries when a reply did not reach it, which says nothing about whether the server acted.
-Claims, finishes and publishes carry a request id (``Idempotency-Key``); the server keeps the reply of
+Records, claims, finishes and publishes carry a request id (``Idempotency-Key``); the server keeps the reply of
 each of the latest ones and gives a retry the same reply. A retry that arrives while the first try is
 still running waits for it. Only successful replies are kept: a try that failed is simply done again.
 The memory is the server process's, so a retry that reaches a restarted server acts again; the
-client treats that case itself where it matters (finishing an attempt already finished).
+client treats that case itself where it matters (finishing an attempt already finished, recording
+rollouts already recorded).
 """
 
 from __future__ import annotations

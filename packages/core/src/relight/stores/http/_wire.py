@@ -31,7 +31,7 @@ DEFAULT_MAX_BODY_BYTES: Final = 32 * 1024 * 1024
 DEFAULT_MAX_POLL_SECONDS: Final = 20.0
 """The longest one long-poll request (claim, wait) is held open; clients ask again after it."""
 REQUEST_ID_HEADER: Final = "idempotency-key"
-"""Names one logical call of a non-idempotent endpoint (claim, finish, publish); its retries carry the same
+"""Names one logical call of a non-idempotent endpoint (record, claim, finish, publish); its retries carry the same
 value, and the server answers a retry with the reply it already gave instead of acting twice."""
 
 ROLLOUTS = TypeAdapter(list[Rollout])
@@ -47,6 +47,12 @@ class EnqueueBody(_Body):
     requests: list[RolloutRequest]
 
 
+class RecordBody(_Body):
+    requests: list[RolloutRequest]
+    worker_id: str = Field(min_length=1)
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
+
+
 class ClaimBody(_Body):
     worker_id: str = Field(min_length=1)
     lease_seconds: float = DEFAULT_LEASE_SECONDS
@@ -60,6 +66,7 @@ class Claimed(_Body):
 
 
 CLAIMED: TypeAdapter[Claimed | None] = TypeAdapter(Claimed | None)
+RECORDED = TypeAdapter(list[Claimed])
 
 
 class HeartbeatBody(_Body):

@@ -13,7 +13,7 @@ forwards with, because a runner process makes a store call for every claim, span
 Transient faults (a connection the server dropped, a server restarting, a 502/503/504) are retried
 with backoff and jitter under ``retry`` (a :class:`relight._internal.retry.RetryPolicy`). Every call can be
 retried safely: reads, heartbeats, waits, cancels and span writes are idempotent, ``enqueue`` names
-its rollouts here before sending, and claim, finish and publish carry a request id the server
+its rollouts here before sending, and record, claim, finish and publish carry a request id the server
 answers retries of from its memory. Idle connections are given up after
 ``CLIENT_KEEP_ALIVE_SECONDS``, well before the server closes them, so that a request never goes
 out on a connection the server has already closed.
@@ -31,7 +31,7 @@ from pydantic import BaseModel, JsonValue
 from relight._internal.http import HttpClient
 from relight._internal.retry import RetryPolicy, retry_async
 from relight._internal.server import CLIENT_KEEP_ALIVE_SECONDS
-from relight.errors import ConfigError, LeaseLostError, StoreUnavailableError
+from relight.errors import ConfigError, InvalidStateError, LeaseLostError, StoreUnavailableError
 from relight.records import (
     Attempt,
     AttemptStatus,
@@ -54,6 +54,7 @@ from relight.stores.http._wire import (
     CLAIMED,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_POLL_SECONDS,
+    RECORDED,
     ROLLOUTS,
     SPANS,
     CancelBody,
@@ -62,6 +63,7 @@ from relight.stores.http._wire import (
     FinishBody,
     HeartbeatBody,
     PublishBody,
+    RecordBody,
     SummariesBody,
     WaitBody,
 )
@@ -117,6 +119,46 @@ class HttpStore:
         # Named here, so that a retry of a request whose reply was lost finds the rollouts it made.
         named = [r if r.rollout_id else r.model_copy(update={"rollout_id": new_id("ro")}) for r in requests]
         return ROLLOUTS.validate_json(await self._post("/rollouts", EnqueueBody(requests=named)))
+
+    async def record_rollouts(
+        self,
+        requests: Sequence[RolloutRequest],
+        *,
+        worker_id: str,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    ) -> list[tuple[Rollout, Attempt]]:
+        _rules.check_worker_id(worker_id)
+        _rules.check_lease_seconds(lease_seconds)
+        _rules.check_requests(requests)
+        # Named here, so that a retry of a request whose reply was lost can recognise the rollouts it made.
+        named = [r if r.rollout_id else r.model_copy(update={"rollout_id": new_id("ro")}) for r in requests]
+        body = RecordBody(requests=named, worker_id=worker_id, lease_seconds=lease_seconds)
+        retried: list[BaseException] = []
+        try:
+            reply = await self._post("/rollouts/recorded", body, once=True, on_retry=retried.append)
+        except InvalidStateError:
+            # A retry after a server restart (which forgets request ids) finds the rollouts that the try
+            # whose reply was lost recorded: that is success, not a conflict.
+            if not retried or (mine := await self._recorded_by(named, worker_id)) is None:
+                raise
+            return mine
+        return [(claimed.rollout, claimed.attempt) for claimed in RECORDED.validate_json(reply)]
+
+    async def _recorded_by(
+        self, requests: Sequence[RolloutRequest], worker_id: str
+    ) -> list[tuple[Rollout, Attempt]] | None:
+        """The stored rollouts of ``requests`` if ``worker_id`` recorded every one of them as asked, else None."""
+        found: list[tuple[Rollout, Attempt]] = []
+        for request in requests:
+            assert request.rollout_id is not None
+            rollout = await self.get_rollout(request.rollout_id)
+            attempts = await self.list_attempts(request.rollout_id)
+            asked = (request.input, request.mode, request.metadata, request.resources_version)
+            stored = (rollout.input, rollout.mode, rollout.metadata, rollout.resources_version)
+            if len(attempts) != 1 or attempts[0].worker_id != worker_id or asked != stored:
+                return None
+            found.append((rollout, attempts[0]))
+        return found
 
     async def claim(
         self,

@@ -48,6 +48,7 @@ from relight.stores.http._wire import (
     CLAIMED,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_POLL_SECONDS,
+    RECORDED,
     ROLLOUTS,
     SPANS,
     CancelBody,
@@ -57,6 +58,7 @@ from relight.stores.http._wire import (
     FinishBody,
     HeartbeatBody,
     PublishBody,
+    RecordBody,
     SummariesBody,
     WaitBody,
 )
@@ -102,6 +104,16 @@ def _routes(store: Store, max_poll_seconds: float) -> APIRouter:  # noqa: C901 (
     @api.post("/rollouts")
     async def enqueue(body: EnqueueBody) -> Response:
         return _reply(ROLLOUTS.dump_json(await store.enqueue(body.requests)))
+
+    @api.post("/rollouts/recorded")
+    async def record_rollouts(body: RecordBody, request: Request) -> Response:
+        async def act() -> Response:
+            recorded = await store.record_rollouts(
+                body.requests, worker_id=body.worker_id, lease_seconds=body.lease_seconds
+            )
+            return _reply(RECORDED.dump_json([Claimed(rollout=r, attempt=a) for r, a in recorded]))
+
+        return await memory.once(request_id(request), act)
 
     @api.get("/rollouts")
     async def list_rollouts(

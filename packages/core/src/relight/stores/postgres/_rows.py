@@ -119,6 +119,21 @@ async def next_expiry(conn: Conn) -> float | None:
     return None if row is None else row[0]
 
 
+async def insert_attempt(tx: Tx, attempt: Attempt) -> None:
+    await tx.conn.execute(
+        "INSERT INTO relight_attempts (rollout_id, attempt_id, number, status, lease_expires_at, data) "
+        "VALUES (%s, %s, %s, %s, %s, %s)",
+        (
+            attempt.rollout_id,
+            attempt.attempt_id,
+            attempt.number,
+            attempt.status,
+            attempt.lease_expires_at,
+            attempt.model_dump_json(),
+        ),
+    )
+
+
 async def save_rollout(tx: Tx, rollout: Rollout) -> None:
     await tx.conn.execute(
         "UPDATE relight_rollouts SET status = %s, data = %s WHERE rollout_id = %s",

@@ -123,6 +123,37 @@ class PostgresStore:
 
         return await self._db.transact(run)
 
+    async def record_rollouts(
+        self,
+        requests: Sequence[RolloutRequest],
+        *,
+        worker_id: str,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    ) -> list[tuple[Rollout, Attempt]]:
+        self._check_open()
+        # Made once, before the first try, so a retry after a commit whose reply was lost recognises them.
+        recorded = _rules.recorded(requests, worker_id, lease_seconds, self._clock())
+
+        async def run(tx: Tx) -> list[tuple[Rollout, Attempt]]:
+            for rollout, attempt in recorded:
+                inserted = await _rows.one(
+                    tx.conn,
+                    "INSERT INTO relight_rollouts (rollout_id, status, mode, group_id, data) "
+                    "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (rollout_id) DO NOTHING RETURNING seq",
+                    (rollout.rollout_id, rollout.status, rollout.mode, rollout.group_id, rollout.model_dump_json()),
+                )
+                if inserted is None:
+                    stored = await _rows.get_rollout(tx.conn, rollout.rollout_id)
+                    if tx.retry and _rules.same_record(stored, rollout):
+                        continue  # the first try committed; only its reply was lost
+                    raise _rules.rollout_exists(rollout.rollout_id)  # the transaction is rolled back whole
+                await _summaries.insert(tx.conn, rollout)
+                await _rows.insert_attempt(tx, attempt)
+            tx.changed = True
+            return recorded
+
+        return await self._db.transact(run)
+
     async def claim(
         self,
         worker_id: str,

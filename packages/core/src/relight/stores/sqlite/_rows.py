@@ -16,6 +16,8 @@ __all__ = [
     "find_rollout",
     "get_attempt",
     "get_rollout",
+    "insert_attempt",
+    "insert_rollout",
     "next_expiry",
     "queue",
     "require_attempt",
@@ -126,6 +128,31 @@ def attempts(conn: sqlite3.Connection, rollout_id: str) -> list[Attempt]:
 def next_expiry(conn: sqlite3.Connection) -> float | None:
     (expiry,) = conn.execute("SELECT MIN(lease_expires_at) FROM attempts WHERE status = 'running'").fetchone()
     return expiry
+
+
+def insert_rollout(tx: Tx, rollout: Rollout) -> None:
+    """A new rollout and its summary (not its queue entry)."""
+    cursor = tx.conn.execute(
+        "INSERT INTO rollouts (rollout_id, status, mode, group_id, data) VALUES (?, ?, ?, ?, ?)",
+        (rollout.rollout_id, rollout.status, rollout.mode, rollout.group_id, rollout.model_dump_json()),
+    )
+    _summaries.insert(tx.conn, rollout, cursor.lastrowid or 0)
+    tx.changed = True
+
+
+def insert_attempt(tx: Tx, attempt: Attempt) -> None:
+    tx.conn.execute(
+        "INSERT INTO attempts (rollout_id, attempt_id, number, status, lease_expires_at, data) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        (
+            attempt.rollout_id,
+            attempt.attempt_id,
+            attempt.number,
+            attempt.status,
+            attempt.lease_expires_at,
+            attempt.model_dump_json(),
+        ),
+    )
 
 
 def save_rollout(tx: Tx, rollout: Rollout) -> None:

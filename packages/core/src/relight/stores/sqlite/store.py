@@ -131,14 +131,30 @@ class SqliteStore:
                     result.append(existing)
                     continue
                 rollout = _rules.new_rollout(request, now)
-                cursor = tx.conn.execute(
-                    "INSERT INTO rollouts (rollout_id, status, mode, group_id, data) VALUES (?, ?, ?, ?, ?)",
-                    (rollout.rollout_id, rollout.status, rollout.mode, rollout.group_id, rollout.model_dump_json()),
-                )
-                _summaries.insert(tx.conn, rollout, cursor.lastrowid or 0)
+                _rows.insert_rollout(tx, rollout)
                 _rows.queue(tx, rollout)
                 result.append(rollout)
             return result
+
+        return await self._write(job)
+
+    async def record_rollouts(
+        self,
+        requests: Sequence[RolloutRequest],
+        *,
+        worker_id: str,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    ) -> list[tuple[Rollout, Attempt]]:
+        requests = list(requests)
+
+        def job(tx: Tx) -> list[tuple[Rollout, Attempt]]:
+            recorded = _rules.recorded(requests, worker_id, lease_seconds, self._clock())
+            for rollout, attempt in recorded:  # a conflict undoes the whole job (its savepoint)
+                if _rows.find_rollout(tx.conn, rollout.rollout_id) is not None:
+                    raise _rules.rollout_exists(rollout.rollout_id)
+                _rows.insert_rollout(tx, rollout)
+                _rows.insert_attempt(tx, attempt)
+            return recorded
 
         return await self._write(job)
 
@@ -164,18 +180,7 @@ class SqliteStore:
             rollout, attempt = _rules.start_attempt(_rows.get_rollout(tx.conn, row[0]), worker_id, lease_seconds, now)
             _rows.save_rollout(tx, rollout)
             _summaries.new_attempt(tx.conn, rollout.rollout_id)
-            tx.conn.execute(
-                "INSERT INTO attempts (rollout_id, attempt_id, number, status, lease_expires_at, data) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (
-                    attempt.rollout_id,
-                    attempt.attempt_id,
-                    attempt.number,
-                    attempt.status,
-                    attempt.lease_expires_at,
-                    attempt.model_dump_json(),
-                ),
-            )
+            _rows.insert_attempt(tx, attempt)
             return (rollout, attempt), None
 
         deadline = deadline_after(timeout)
