@@ -115,3 +115,21 @@ def test_gae_without_values_says_what_is_missing() -> None:
     batch, algorithm = batch_with("gae")
     with pytest.raises(ValueError, match="values"):
         compute_advantages(batch, algorithm)
+
+
+def test_a_group_with_equal_rewards_is_trained_with_zero_advantage_not_skipped() -> None:
+    """verl keeps a flat group in the batch (its rows count in the loss's token mean), so relight's record
+    of what an update trained counts its calls as trained: VerlAlgorithm does not skip flat groups."""
+    from relight.transitions.trained_calls import skipped_groups
+    from relight_verl import VerlAlgorithm
+
+    flat = [transition("flat", [5, 6], [8, 9], 1.0), transition("flat", [5], [10], 1.0)]
+    transitions = [*flat, *TRANSITIONS[:2]]
+    batch, stats = build_batch(transitions, pad_token_id=0, max_prompt_length=8, max_response_length=8, multiple_of=4)
+    assert batch is not None
+    assert stats.trained == 4
+    compute_advantages(batch, AlgoConfig(adv_estimator="grpo"))
+    rows = per_token(batch.batch["advantages"], batch.batch["response_mask"])
+    assert rows[:2] == [[0.0, 0.0], [0.0]]
+    assert all(value != 0 for row in rows[2:] for value in row)
+    assert skipped_groups(VerlAlgorithm(model="m"), transitions) == set()

@@ -134,16 +134,25 @@ def test_bad_values_are_refused_by_field_name(fields: dict[str, object], named: 
 
 
 @pytest.mark.parametrize("algorithm", ["grpo", "gae"])
-def test_the_cpu_mode_is_accepted_by_verl_and_serves_with_relight_torch(tiny_model: Path, algorithm: str) -> None:
-    verl = to_verl_config(
-        VerlConfig(model=str(tiny_model), served_model_name="tiny", algorithm=algorithm, device="cpu")
+def test_the_cpu_mode_is_accepted_by_verl_and_serves_with_vllm(
+    tiny_model: Path, algorithm: str, tmp_path: Path
+) -> None:
+    config = VerlConfig(
+        model=str(tiny_model),
+        served_model_name="tiny",
+        algorithm=algorithm,
+        device="cpu",
+        checkpoint_dir=str(tmp_path),
     )
+    verl = to_verl_config(config)
     accepted_by_verl(verl)
     rollout = verl.actor_rollout_ref.rollout
-    assert (verl.trainer.device, rollout.name, rollout.engine_kwargs.relight_torch.served_model_name) == (
+    served = rollout.engine_kwargs.relight_vllm
+    assert (verl.trainer.device, rollout.name, served.served_model_name, served.weights_dir) == (
         "cpu",
-        "relight_torch",
+        "relight_vllm",
         "tiny",
+        str(tmp_path / "served-weights"),
     )
     assert verl.actor_rollout_ref.actor.strategy == verl.actor_rollout_ref.ref.strategy == "fsdp2"
     assert verl.critic.strategy == "fsdp2"

@@ -1,10 +1,11 @@
 """relight-verl end to end on the CPU: verl's trainer, FSDP worker, weight sync and checkpoints for real.
 
 ``Trainer(algorithm=VerlAlgorithm(device="cpu", ...)).fit(agent, tasks)`` with relight-torch's tiny
-model: verl's Ray worker wraps it in FSDP (gloo), relight-torch's engine serves it behind relight's
-gateway where vLLM would, and after every GRPO step verl's weight sync pushes the actor's weights to
-it. The served weights are read back from the server after each update, so a broken update (no
-learning) or a broken sync (stale weights served) fails the test.
+model: verl's Ray worker wraps it in FSDP (gloo), a vLLM server (vLLM's CPU build, from ``.venv-vllm``)
+serves it behind relight's gateway, and after every GRPO step verl's weight sync writes the actor's
+weights and vLLM reloads them. The served weights are read back from the vLLM server after each update
+(its logprobs of a fixed answer), so a broken update (no learning) or a broken sync (stale weights
+served) fails the test.
 """
 
 from __future__ import annotations
@@ -16,15 +17,21 @@ import statistics
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
+import httpx
 import openai
+import psutil
 import pytest
 from rich.console import Console
 
 import relight
 from relight.records import Transition
+from relight_torch.vllm import vllm_python
 from relight_verl import VerlAlgorithm
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(vllm_python() is None, reason="no vLLM environment (.venv-vllm): `make install-vllm` makes it"),
+]
 
 TASKS = ["What is 2 + 3?", "Say hi.", "Name a colour."]
 PROBE = "What is 7 + 8?"
@@ -32,12 +39,14 @@ PROBE = "What is 7 + 8?"
 
 @pytest.fixture(scope="module")
 def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """relight-torch's tiny Llama and tokenizer, saved as a Hugging Face folder verl can load."""
+    """relight-torch's tiny Llama and tokenizer, saved as a Hugging Face folder verl and vLLM load.
+
+    Four heads of 32: vLLM's CPU attention takes head sizes from 32 up."""
     from relight_torch.tiny import tiny_model, tiny_tokenizer
 
     directory = tmp_path_factory.mktemp("tiny-llama")
     tokenizer = tiny_tokenizer()
-    tiny_model(tokenizer, seed=0).save_pretrained(directory)
+    tiny_model(tokenizer, seed=0, num_heads=4).save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return directory
 
@@ -76,12 +85,10 @@ async def agent(task: str, llm: relight.LLM) -> float:
 
 
 class ServedPolicy:
-    """Reads the served weights back from the rollout server (the Ray actor verl's replica made) around updates."""
+    """Reads the served weights back from the vLLM server (its logprobs of given tokens) around updates."""
 
     def __init__(self, algorithm: VerlAlgorithm) -> None:
-        import ray
-
-        self.server = ray.get_actor("relight_torch_server_0")
+        (self.upstream,) = algorithm.upstreams()
         self.tokenizer = algorithm._started().tokenizer  # pyright: ignore[reportPrivateUsage]
         self.probes = [self.probe()]
         """The probe's logprobs before training and after each update."""
@@ -98,9 +105,20 @@ class ServedPolicy:
         algorithm.update = update_and_read  # type: ignore[method-assign]
 
     def logprobs(self, prompt_ids: list[int], response_ids: list[int]) -> list[float]:
-        import ray
-
-        return ray.get(self.server.logprob.remote(prompt_ids, response_ids))
+        """vLLM's logprobs of ``response_ids`` after ``prompt_ids``, from the version it serves now."""
+        answer = httpx.post(
+            f"{self.upstream.name}/completions",
+            json={
+                "model": self.upstream.current[1],
+                "prompt": prompt_ids + response_ids,
+                "max_tokens": 1,
+                "prompt_logprobs": 0,
+            },
+            timeout=120,
+        )
+        answer.raise_for_status()
+        scored = answer.json()["choices"][0]["prompt_logprobs"][len(prompt_ids) :]
+        return [entry[str(token)]["logprob"] for entry, token in zip(scored, response_ids, strict=True)]
 
     def probe(self) -> list[float]:
         """A fixed answer to a fixed prompt."""
@@ -132,6 +150,7 @@ def test_fit_trains_syncs_and_checkpoints_with_verl_on_the_cpu(algorithm: VerlAl
     assert [entry["policy_version"] for entry in history] == [1, 2, 3]
     for entry in history:
         assert entry["relight/trained"] + entry["relight/dropped"] == 4
+        assert entry["relight/retokenized"] == 0  # vLLM's own token ids and logprobs, recorded by the gateway
         assert {"actor/pg_loss", "actor/pg_clipfrac", "actor/grad_norm"} <= entry.keys()
     # Every update changed the actor and verl's weight sync changed what is served (no weight decay or KL
     # term here: only the advantages move the weights). The first update, before Adam has momentum,
@@ -152,6 +171,13 @@ def test_fit_trains_syncs_and_checkpoints_with_verl_on_the_cpu(algorithm: VerlAl
     algorithm.load(tmp_path / "checkpoints")
     assert algorithm.policy_version == 2
     assert served.probe() == pytest.approx(served.probes[2], abs=1e-5)
+
+    server = served.upstream.server
+    assert server is not None
+    pid = server.pid
+    assert pid is not None
+    algorithm.close()  # stops the vLLM server this process started
+    assert not psutil.pid_exists(pid)
 
 
 def test_a_stopped_fit_resumes_through_verls_resume_path_with_relights_step_beside_it(
@@ -207,3 +233,39 @@ def test_a_stopped_fit_resumes_through_verls_resume_path_with_relights_step_besi
     assert "from step 1" in output.getvalue()
     assert [entry["step"] for entry in history] == [1, 2, 3]
     assert [entry["policy_version"] for entry in history] == [1, 2, 3]
+
+
+def test_a_lora_actor_is_served_as_one_vllm_adapter_per_version(tiny_llama: Path, tmp_path: Path) -> None:
+    """With ``lora_rank`` the actor trains peft adapters and verl syncs them unmerged: vLLM serves each
+    version as an adapter of its own, calls go to the newest, and the older ones are unloaded."""
+    algorithm = VerlAlgorithm(
+        device="cpu",
+        model=str(tiny_llama),
+        served_model_name="tiny",
+        mini_batch_size=4,
+        micro_batch_size_per_gpu=4,
+        max_prompt_length=64,
+        max_response_length=12,
+        lr=5e-2,
+        lora_rank=8,
+        lora_alpha=16,
+        checkpoint_dir=str(tmp_path / "checkpoints"),
+        resume="disable",
+        loggers=(),
+        overrides=("ray_kwargs.ray_init.num_cpus=4", "actor_rollout_ref.actor.optim.weight_decay=0"),
+    )
+    try:
+        algorithm.start()
+        served = ServedPolicy(algorithm)
+        assert served.upstream.current == (0, "policy-v0")
+        history = relight.Trainer(
+            algorithm=algorithm, batch_size=1, n_samples=4, console=Console(file=io.StringIO())
+        ).fit(agent, TASKS[:2])
+        assert [entry["policy_version"] for entry in history] == [1, 2]
+        assert served.upstream.current == (2, "policy-v2")
+        for before, after in itertools.pairwise(served.probes):
+            assert after != pytest.approx(before, abs=1e-5)
+        models = httpx.get(f"{served.upstream.name}/models", timeout=30).json()
+        assert {model["id"] for model in models["data"]} == {"tiny", "policy-v2"}  # v0 and v1 unloaded
+    finally:
+        algorithm.close()

@@ -66,7 +66,7 @@ def attributes_set_by(module: str, name: str, method: str) -> set[str]:
             {"add_actor_rollout_worker", "add_critic_worker", "init_resource_pool_mgr"},
         ),
         ("verl.checkpoint_engine.base", "CheckpointEngineManager", {"sleep_replicas", "update_weights"}),
-        ("verl.workers.rollout.llm_server", "LLMServerManager", {"get_addresses"}),
+        ("verl.workers.rollout.llm_server", "LLMServerManager", {"get_addresses", "get_replicas"}),
         ("verl.workers.engine_workers", "ActorRolloutRefWorker", {"save_checkpoint", "load_checkpoint"}),
         ("verl.workers.engine_workers", "TrainingWorker", {"save_checkpoint", "load_checkpoint"}),
     ],

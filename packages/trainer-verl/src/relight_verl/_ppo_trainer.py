@@ -18,7 +18,8 @@ What it relies on in verl 0.9.x (check these when moving the pin):
   - calls ``init_workers``, ``_load_checkpoint``, ``_balance_batch``, ``_compute_old_log_prob``,
     ``_compute_ref_log_prob``, ``_compute_values``, ``_update_critic``, ``_update_actor``;
   - reads ``actor_rollout_wg``, ``critic_wg``, ``use_critic``, ``use_reference_policy``,
-    ``kl_ctrl_in_reward``, ``llm_server_manager``, ``checkpoint_manager``, ``global_steps``.
+    ``kl_ctrl_in_reward``, ``llm_server_manager`` (its ``get_addresses``, ``get_replicas``),
+    ``checkpoint_manager``, ``global_steps``.
 * ``CheckpointEngineManager.sleep_replicas`` / ``update_weights``: vLLM frees the GPU while the
   actor trains and gets the new weights back by verl's own weight-sync path.
 * The worker groups' ``save_checkpoint`` / ``load_checkpoint``, laid out as verl lays them out
@@ -26,8 +27,9 @@ What it relies on in verl 0.9.x (check these when moving the pin):
   verl's resume logic finds relight's checkpoints and the other way round.
 
 On GPUs this path needs verl's ``vllm``/``fsdp`` extras (the ``gpu`` tests). With ``trainer.device=cpu``
-it runs on the CPU through :mod:`relight_verl.cpu` (relight-torch serving instead of vLLM), which
-the slow ``test_cpu_e2e`` test drives end to end.
+it runs on the CPU through :mod:`relight_verl.cpu` (vLLM's CPU build, started by relight, serving; after
+verl's weight sync each replica loads the weights it wrote), which the slow ``test_cpu_e2e`` test drives
+end to end.
 """
 
 from __future__ import annotations
@@ -130,8 +132,28 @@ class RelightPPOTrainer(RayPPOTrainer):
         """
         self.init_workers()  # ends with the replicas asleep
         self._load_checkpoint()  # honours trainer.resume_mode / resume_from_path; sets global_steps
-        self.checkpoint_manager.update_weights(self.global_steps)
+        self._sync_weights()
         return list(self.llm_server_manager.get_addresses())
+
+    def replicas(self) -> list[Any]:
+        """verl's rollout replicas (a :class:`~relight_verl.cpu.rollout.VLLMReplica` each on the CPU)."""
+        return list(self.llm_server_manager.get_replicas())
+
+    def _sync_weights(self) -> None:
+        """verl's weight sync from the actor to the replicas; on the CPU, then each replica's vLLM server
+        loads what the sync wrote (:mod:`relight_verl.cpu.rollout`)."""
+        self.checkpoint_manager.update_weights(self.global_steps)
+        if self.config.trainer.device == "cpu":
+            from relight_verl.cpu.rollout import serve_written_weights
+
+            serve_written_weights(self.replicas(), self.global_steps)
+
+    def stop_servers(self) -> None:
+        """Stop the vLLM servers this process runs (the CPU's); verl's own replicas end with Ray."""
+        for replica in self.replicas():
+            stop = getattr(replica, "stop", None)
+            if stop is not None:
+                stop()
 
     def step(
         self, batch: DataProto, *, recompute_old_log_probs: bool, save_to: Path | None = None
@@ -178,7 +200,7 @@ class RelightPPOTrainer(RayPPOTrainer):
                 with marked_timer("save_checkpoint", timing):
                     self._save_asleep(save_to)
             with marked_timer("update_weights", timing):
-                self.checkpoint_manager.update_weights(self.global_steps)
+                self._sync_weights()
         return batch, metrics, timing
 
     def _recompute_old_log_probs(
@@ -207,10 +229,16 @@ class RelightPPOTrainer(RayPPOTrainer):
     # -- checkpoints, in verl's layout ------------------------------------------------------------
 
     def save(self, root: Path) -> Path:
-        """Save actor (and critic) under ``root/global_step_N``; the replicas sleep meanwhile."""
+        """Save actor (and critic) under ``root/global_step_N``; the replicas sleep meanwhile.
+
+        On the CPU nothing sleeps and the served weights are already these: the vLLM servers go on
+        serving (the gateway may have resumed), with nothing pushed again.
+        """
+        if self.config.trainer.device == "cpu":
+            return self._save_asleep(root)
         self.checkpoint_manager.sleep_replicas()
         folder = self._save_asleep(root)
-        self.checkpoint_manager.update_weights(self.global_steps)
+        self._sync_weights()
         return folder
 
     def _save_asleep(self, root: Path) -> Path:
@@ -240,4 +268,4 @@ class RelightPPOTrainer(RayPPOTrainer):
         if self.use_critic:
             self.critic_wg.load_checkpoint(str(folder / str(Role.Critic)))
         self.global_steps = int(folder.name.removeprefix("global_step_"))
-        self.checkpoint_manager.update_weights(self.global_steps)
+        self._sync_weights()

@@ -13,8 +13,9 @@ logprobs. :meth:`~VerlAlgorithm.update` runs with the gateway paused: the transi
 batch, vLLM sleeps while verl's workers update the actor (and critic), and verl's weight sync wakes
 vLLM with the new policy.
 
-Needs GPUs and ``pip install 'relight-verl[gpu]'``, or runs everything but vLLM on the CPU with
-``device="cpu"`` and ``pip install 'relight-verl[cpu]'`` (relight-torch serves; see :mod:`relight_verl.cpu`).
+Needs GPUs and ``pip install 'relight-verl[gpu]'``, or runs on the CPU with ``device="cpu"`` and
+``pip install 'relight-verl[cpu]'`` plus a vLLM environment (``make install-vllm``): relight starts vLLM's
+CPU build there and pushes the actor's weights into it after each update (see :mod:`relight_verl.cpu`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import JsonValue
 
+from relight.algorithm import UpstreamTarget
 from relight.records import Transition
 from relight_verl.config import VerlConfig, to_verl_config
 
@@ -61,6 +63,10 @@ class VerlAlgorithm:
             ``<checkpoint_dir>/metrics.jsonl``.
     """
 
+    skips_flat_groups = False
+    """A group whose rewards are all equal stays in verl's batch (advantage 0, yet counted in the loss's
+    token mean and in its entropy and KL terms), so its calls count as trained."""
+
     def __init__(self, config: VerlConfig | None = None, *, metrics_file: Path | None = None, **fields: Any) -> None:
         if config is not None and fields:
             raise TypeError(f"give a VerlConfig or its fields, not both (got fields {sorted(fields)})")
@@ -70,7 +76,7 @@ class VerlAlgorithm:
         self.metrics_file = metrics_file or Path(self.config.checkpoint_dir) / "metrics.jsonl"
         self._lock = threading.Lock()
         self._trainer: RelightPPOTrainer | None = None
-        self._urls: list[str] = []
+        self._upstreams: list[Any] = []
         self._metrics: MetricsLog | None = None
         self._owns_ray = False
         self._last_update_end = 0.0
@@ -101,7 +107,11 @@ class VerlAlgorithm:
             verl_config = to_verl_config(self.config)
             self._owns_ray = connect_ray(verl_config, self.config.ray_address)
             trainer = RelightPPOTrainer(verl_config)
-            self._urls = [replica_base_url(address) for address in trainer.start()]
+            addresses = trainer.start()
+            if self.config.device == "cpu":  # vLLM servers run by this process, each with its upstream
+                self._upstreams = [replica.upstream for replica in trainer.replicas()]
+            else:
+                self._upstreams = [replica_base_url(address) for address in addresses]
             self._metrics = MetricsLog(
                 self.metrics_file,
                 loggers=self.config.loggers,
@@ -112,10 +122,11 @@ class VerlAlgorithm:
             self._last_update_end = time.monotonic()
             self._trainer = trainer
 
-    def upstreams(self) -> Sequence[str]:
-        """The vLLM replicas' OpenAI base URLs (``http://10.0.0.5:8000/v1``); starts verl if needed."""
+    def upstreams(self) -> Sequence[UpstreamTarget]:
+        """The vLLM replicas' OpenAI base URLs (``http://10.0.0.5:8000/v1``; on the CPU, upstreams that send
+        each call to the current policy version); starts verl if needed."""
         self.start()
-        return list(self._urls)
+        return list(self._upstreams)
 
     def resources(self) -> Mapping[str, JsonValue]:
         return {}
@@ -196,17 +207,20 @@ class VerlAlgorithm:
     def close(self) -> None:
         """Flush the metrics and release the GPUs: ends this driver's Ray job (its workers and replicas).
 
-        A Ray connection the caller made before :meth:`start` is left open. Safe to call twice.
+        On the CPU the vLLM servers this process started stop too. A Ray connection the caller made
+        before :meth:`start` is left open. Safe to call twice.
         """
         if self._metrics is not None:
             self._metrics.close()
             self._metrics = None
+        if self._trainer is not None:
+            self._trainer.stop_servers()
         if self._trainer is not None and self._owns_ray:
             import ray
 
             ray.shutdown()
         self._trainer = None
-        self._urls = []
+        self._upstreams = []
 
     def _started(self) -> RelightPPOTrainer:
         self.start()

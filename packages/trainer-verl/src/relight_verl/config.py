@@ -44,9 +44,10 @@ class VerlConfig(BaseModel):
     ray_address: str | None = None
     """``None`` starts a local Ray; ``"auto"`` or ``"host:6379"`` joins a cluster made with ``ray start``."""
     device: Literal["cuda", "cpu"] = "cuda"
-    """``cpu`` runs verl's trainer, FSDP workers and weight sync on the CPU (gloo collectives), with
-    relight-torch's engine serving rollouts where vLLM would: a debugging and CI mode for small
-    models (see :mod:`relight_verl.cpu`). ``n_gpus_per_node`` then counts training processes."""
+    """``cpu`` runs verl's trainer, FSDP workers and weight sync on the CPU (gloo collectives), with a
+    vLLM server relight starts from the vLLM environment serving rollouts (one per training process):
+    a debugging and CI mode for small models (see :mod:`relight_verl.cpu`). ``n_gpus_per_node`` then
+    counts training processes."""
     tensor_parallel_size: int = Field(default=1, ge=1)
     """GPUs per vLLM replica; each replica is one gateway upstream."""
     gpu_memory_utilization: float = Field(default=0.5, gt=0, le=1)
@@ -119,7 +120,7 @@ class VerlConfig(BaseModel):
         if self.device == "cpu" and self.tensor_parallel_size != 1:
             raise ValueError(
                 f"tensor_parallel_size ({self.tensor_parallel_size}) must be 1 with device 'cpu': "
-                "relight-torch serves each replica from one process"
+                "one vLLM server serves each training process"
             )
         return self
 
@@ -200,22 +201,25 @@ class VerlConfig(BaseModel):
             "critic.ppo_micro_batch_size_per_gpu": micro,
         }
         if self.device == "cpu":
-            settings |= _cpu_settings(self.name)
+            settings |= _cpu_settings(self.name, Path(self.checkpoint_dir) / "served-weights")
         return [f"{key}={_hydra_value(value)}" for key, value in settings.items()] + list(self.overrides)
 
 
-def _cpu_settings(name: str) -> dict[str, object]:
-    """What verl needs to run on the CPU: relight-torch serving, FSDP2 over gloo, no CUDA-only kernels.
+def _cpu_settings(name: str, weights_dir: Path) -> dict[str, object]:
+    """What verl needs to run on the CPU: vLLM's CPU build serving, FSDP2 over gloo, no CUDA-only kernels.
 
     FSDP2 (``fully_shard``) runs on CPU tensors, FSDP1 does not; attention is PyTorch's SDPA instead
     of flash-attention, sequences stay padded (verl's padding removal feeds flash-attention), nothing
-    is compiled, and parameters stay in float32, the precision relight-torch serves in.
+    is compiled, and parameters stay in float32, the precision vLLM serves in here. The training
+    workers write each version's weights under ``weights_dir`` for the servers to load.
     """
     actor = "actor_rollout_ref.actor"
+    engine = "++actor_rollout_ref.rollout.engine_kwargs.relight_vllm"
     return {
         "trainer.device": "cpu",
-        "actor_rollout_ref.rollout.name": "relight_torch",
-        "++actor_rollout_ref.rollout.engine_kwargs.relight_torch.served_model_name": name,
+        "actor_rollout_ref.rollout.name": "relight_vllm",
+        f"{engine}.served_model_name": name,
+        f"{engine}.weights_dir": str(weights_dir),
         f"{actor}.strategy": "fsdp2",
         "critic.strategy": "fsdp2",
         "actor_rollout_ref.model.use_remove_padding": False,

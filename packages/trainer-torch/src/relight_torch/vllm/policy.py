@@ -22,6 +22,8 @@ its own optimizer on its own calls only (:meth:`VLLMGRPO.set_policies`). A polic
 by the base model itself (a fresh LoRA adapter changes nothing: peft starts its B matrices at zero), and
 so is a frozen policy, which is never trained.
 
+Both pushes are :class:`~relight_torch.vllm.serving.VLLMServing`'s, which relight-verl's CPU mode shares.
+
 A restarted server gets the current version loaded again before any call reaches it. Sampling is in
 bfloat16 (vLLM) and learning in float32: :class:`VLLMGRPO` corrects every sample with truncated importance
 sampling, since the engine is never the learner's own forward pass.
@@ -31,7 +33,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import logging
 import os
 import shutil
 import statistics
@@ -52,14 +53,11 @@ from relight.records import Transition
 from relight_torch.grpo import GRPO
 from relight_torch.learner import Learner
 from relight_torch.models import model_name
-from relight_torch.vllm.admin import load_lora_adapter, reload_weights, unload_lora_adapter
 from relight_torch.vllm.server import VLLMServer, VLLMServerOptions
+from relight_torch.vllm.serving import VLLMServing, with_tool_rendering
 from relight_torch.vllm.upstream import VLLMUpstream
 
 __all__ = ["VLLMGRPO", "LoraOptions", "VLLMPolicy"]
-
-logger = logging.getLogger(__name__)
-
 
 @dataclass(frozen=True)
 class LoraOptions:
@@ -141,10 +139,8 @@ class VLLMPolicy:
         self.url = url
         self.tokenizer = AutoTokenizer.from_pretrained(self.folder)
         options = server or VLLMServerOptions(seed=seed)
-        if options.chat_template is None and "tools" not in str(self.tokenizer.chat_template or ""):
-            # SmolLM2's ChatML renders no tools: serve it with the hermes rendering TorchEngine uses.
-            options = dataclasses.replace(options, chat_template=str(Path(__file__).with_name("chatml_tools.jinja")))
-        self.server_options = options
+        # SmolLM2's ChatML renders no tools: serve it with the hermes rendering TorchEngine uses.
+        self.server_options = with_tool_rendering(options, str(self.tokenizer.chat_template or ""))
         if lora is not None and lora.rank > self.server_options.max_lora_rank:
             raise ValueError(
                 f"lora.rank={lora.rank} exceeds the server's max_lora_rank={self.server_options.max_lora_rank}"
@@ -159,9 +155,15 @@ class VLLMPolicy:
         self.policy_version = 0
         self.push_seconds: list[float] = []
         """Wall time of each push, from the update's end to the new version serving."""
-        self.server: VLLMServer | None = None
-        self._upstream: VLLMUpstream | None = None
-        self._pushed: Path | None = None
+        self.serving = VLLMServing(
+            self.folder,
+            name=self.name,
+            url=url,
+            options=self.server_options,
+            python=python,
+            log_path=self.work_dir / "vllm-server.log",
+            label=label,
+        )
         self.adapters: dict[str, PolicyAdapter] = {}
         """One LoRA adapter per policy, when the run names several (:meth:`add_policies`)."""
 
@@ -203,12 +205,13 @@ class VLLMPolicy:
             self.adapters[name] = PolicyAdapter(name, peft_name, is_frozen)
         self.model.set_adapter(next(iter(self.adapters.values())).peft_name)  # type: ignore[operator]
         self.model.delete_adapter("default")  # type: ignore[operator]
-        if self.server is None and self.url is None:
+        if not self.serving.started and self.url is None:
             slots = max(self.server_options.max_loras, 2 * len(self.adapters))
             self.server_options = dataclasses.replace(self.server_options, max_loras=slots)
-        if self._upstream is not None:
+            self.serving.options = self.server_options
+        if self.serving.started:
             for adapter in self.adapters.values():
-                self._upstream.route(0, self.name, policy=adapter.name)
+                self.serving.upstream.route(0, self.name, policy=adapter.name)
 
     @property
     def policy_versions(self) -> dict[str, int]:
@@ -242,13 +245,12 @@ class VLLMPolicy:
         self.push_seconds.append(time.perf_counter() - started)
 
     def _push_adapter(self, adapter: PolicyAdapter, version: int) -> None:
-        upstream = self.start()
+        self.start()
         served = f"{adapter.name}@v{version}"
         folder = self.work_dir / served
         self.save_adapter(adapter.name, folder)
         # In place: a server the user runs may hold this version already, from the run this one resumes.
-        load_lora_adapter(self.root_url, served, folder, inplace=True)
-        upstream.route(version, served, retire=self._retire, policy=adapter.name)
+        self.serving.push_adapter(version, folder, name=served, policy=adapter.name, inplace=True)
         adapter.pushed = folder
 
     def save_adapter(self, policy: str, folder: Path) -> None:
@@ -272,35 +274,27 @@ class VLLMPolicy:
     # -- serving ---------------------------------------------------------------------------------
 
     @property
+    def server(self) -> VLLMServer | None:
+        """The server relight runs (None before :meth:`start`, or attached to the user's)."""
+        return self.serving.server
+
+    @property
     def served_name(self) -> str:
-        return self._upstream.current[1] if self._upstream else self.name
+        return self.serving.served_name
 
     def start(self) -> VLLMUpstream:
         """Start the server (unless attached to ``url``) and return the gateway's upstream; idempotent."""
-        if self._upstream is not None:
-            return self._upstream
-        if self.url is None:
-            self.server = VLLMServer(
-                self._pushed if self._pushed and self.lora is None else self.folder,
-                served_name=self.name,
-                python=self.python,
-                options=self.server_options,
-                log_path=self.work_dir / "vllm-server.log",
-            )
-            self.server.on_restart.append(self._reload_current)
-            self.server.start()
-            base_url = self.server.base_url
-        else:
-            base_url = self.url.rstrip("/")
-        self._upstream = VLLMUpstream(base_url, model=self.name, server=self.server)
+        if self.serving.started:
+            return self.serving.upstream
+        upstream = self.serving.start()
         if self.policy_version > 0:  # resumed from a checkpoint before the server ran
             self._push(self.policy_version)
         for adapter in self.adapters.values():
             if adapter.version > 0:
                 self._push_adapter(adapter, adapter.version)
             else:
-                self._upstream.route(0, self.name, policy=adapter.name)
-        return self._upstream
+                upstream.route(0, self.name, policy=adapter.name)
+        return upstream
 
     @property
     def upstream(self) -> VLLMUpstream:
@@ -308,16 +302,12 @@ class VLLMPolicy:
 
     @property
     def root_url(self) -> str:
-        upstream = self.start()
-        base = upstream.name
-        return base[: -len("/v1")] if base.endswith("/v1") else base
+        self.start()
+        return self.serving.root_url
 
     def close(self) -> None:
         """Stop the server relight started; the user's own server is left running."""
-        if self.server is not None:
-            self.server.stop()
-            self.server = None
-        self._upstream = None
+        self.serving.close()
 
     # -- pushing ---------------------------------------------------------------------------------
 
@@ -336,46 +326,16 @@ class VLLMPolicy:
         self.push_seconds.append(time.perf_counter() - started)
 
     def _push(self, version: int) -> None:
-        upstream = self.start()
+        self.start()
         if self.lora is not None:
-            folder = self.work_dir / f"{self.label}-v{version}"
+            folder = self.work_dir / self.serving.adapter_name(version)
             self.model.save_pretrained(folder)
-            name = f"{self.label}-v{version}"
-            load_lora_adapter(self.root_url, name, folder)
-            upstream.route(version, name, retire=self._retire)
+            self.serving.push_adapter(version, folder)
         else:
             folder = self.work_dir / f"full-v{version}"
             self.model.save_pretrained(folder, safe_serialization=True)
             self.tokenizer.save_pretrained(folder)
-            reload_weights(self.root_url, folder)
-            upstream.route(version, self.name)
-            if self.server is not None:
-                self.server.model = str(folder)  # a restart starts from the latest version
-            if self._pushed is not None and self._pushed != folder:
-                shutil.rmtree(self._pushed, ignore_errors=True)
-        self._pushed = folder
-
-    def _retire(self, name: str) -> None:
-        """Unload a version no call uses any more, and delete its files (the base model stays)."""
-        if name == self.name:
-            return
-        try:
-            unload_lora_adapter(self.root_url, name)
-        except Exception:
-            logger.exception("relight: could not unload the adapter %s from vLLM", name)
-        shutil.rmtree(self.work_dir / name, ignore_errors=True)
-
-    def _reload_current(self) -> None:
-        """After a restart: load the current versions into the new process before calls reach it."""
-        if self._upstream is None or self.server is None:
-            return
-        if self.lora is not None and self._pushed is not None:
-            _, name = self._upstream.current
-            load_lora_adapter(self.server.root_url, name, self._pushed)
-        for adapter in self.adapters.values():
-            if adapter.pushed is not None:
-                _, name = self._upstream.current_of(adapter.name)
-                load_lora_adapter(self.server.root_url, name, adapter.pushed)
+            self.serving.push_full(version, folder)
 
 
 class VLLMGRPO(GRPO):
@@ -546,7 +506,7 @@ class VLLMGRPO(GRPO):
         self.learner.load_state_dict(state["learner"])
         self.rng.setstate(state["rng"])
         self.policy.policy_version = int(state["policy_version"])
-        if self.policy._upstream is not None and self.policy.policy_version > 0:
+        if self.policy.serving.started and self.policy.policy_version > 0:
             self.policy._push(self.policy.policy_version)
 
     def _load_policies(self, directory: Path, state: dict[str, Any]) -> None:
@@ -565,7 +525,7 @@ class VLLMGRPO(GRPO):
             if learner is not None and own["learner"] is not None:
                 learner.load_state_dict(own["learner"])
             adapter.version = int(own["policy_version"])
-            if self.policy._upstream is not None and adapter.version > 0:
+            if self.policy.serving.started and adapter.version > 0:
                 self.policy._push_adapter(adapter, adapter.version)
         self.rng.setstate(state["rng"])
 

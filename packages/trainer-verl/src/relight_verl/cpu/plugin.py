@@ -2,7 +2,7 @@
 
 verl's plugin API is registration by import, so this module's import is its whole job, and it is
 kept cheap: only when ``VERL_PLATFORM=cpu`` selects the CPU does it load the platform, add the
-``relight_torch`` rollout backend and register verl's FSDP engines for the CPU device (verl
+``relight_vllm`` rollout backend and register verl's FSDP engines for the CPU device (verl
 registers them for ``cuda`` and ``npu`` only). verl swallows a plugin's import errors, so failures
 here are logged as warnings instead of hiding.
 """
@@ -19,13 +19,13 @@ __all__ = ["ROLLOUT", "activate", "ray_options", "register"]
 
 logger = logging.getLogger(__name__)
 
-ROLLOUT = "relight_torch"
-"""The rollout backend (``actor_rollout_ref.rollout.name``) that serves with relight-torch."""
+ROLLOUT = "relight_vllm"
+"""The rollout backend (``actor_rollout_ref.rollout.name``) that serves with a vLLM server relight runs."""
 _ROLLOUT_MODULE = "relight_verl.cpu.rollout"
 
 
 def register() -> None:
-    """Register the CPU platform, the relight-torch rollout and the CPU FSDP engines with verl; idempotent."""
+    """Register the CPU platform, the vLLM rollout and the CPU FSDP engines with verl; idempotent."""
     from relight_verl.cpu import platform  # first: verl's engine modules ask for the platform on import
 
     _gloo_process_groups()  # before verl's workers module binds the function
@@ -44,7 +44,7 @@ def register() -> None:
             EngineRegistry.register(model_type=model_type, backend=["fsdp", "fsdp2"], device=platform.NAME)(engine)
     # By name: the rollout module imports verl, and this runs inside verl's own import.
     rollout_base._ROLLOUT_REGISTRY[(ROLLOUT, "async")] = f"{_ROLLOUT_MODULE}.ServerAdapter"  # pyright: ignore[reportPrivateUsage]
-    RolloutReplicaRegistry.register(ROLLOUT, lambda: importlib.import_module(_ROLLOUT_MODULE).RelightTorchReplica)
+    RolloutReplicaRegistry.register(ROLLOUT, lambda: importlib.import_module(_ROLLOUT_MODULE).VLLMReplica)
 
 
 def _gloo_process_groups() -> None:

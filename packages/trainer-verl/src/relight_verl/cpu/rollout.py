@@ -1,136 +1,67 @@
-"""relight-torch's engine as a verl rollout backend: where vLLM serves on GPUs, it serves on the CPU.
+"""vLLM as verl's rollout backend on the CPU: relight-torch's vLLM server code, fed by verl's weight sync.
 
-verl places rollout servers with a :class:`~verl.workers.rollout.replica.RolloutReplica` (one per
-replica, a Ray actor holding the HTTP server) and reaches the server from inside its training
-workers with a :class:`~verl.workers.rollout.base.BaseRollout` adapter, through which verl's weight
-sync (the ``naive`` checkpoint engine of colocated training) pushes the actor's weights after each
-update. This module gives both for relight-torch, registered under the rollout name
+verl places rollout servers with a :class:`~verl.workers.rollout.replica.RolloutReplica` and reaches
+them from inside its training workers with a :class:`~verl.workers.rollout.base.BaseRollout` adapter,
+through which verl's weight sync (the ``naive`` checkpoint engine of colocated training) hands over the
+actor's weights after each update. This module gives both, registered under the rollout name
 :data:`NAME`:
 
-* :class:`RelightTorchServer`: the Ray actor. It loads the model verl trains into a
-  :class:`~relight_torch.engine.TorchEngine` and serves it with ``relight_torch.server`` (the
-  OpenAI-compatible, vLLM-dialect server relight's gateway forwards to, token ids and logprobs
-  included), on the node's address as verl reports vLLM's.
-* :class:`RelightTorchReplica`: launches one server per replica, next to its training worker.
-* :class:`ServerAdapter`: in each training worker; ``update_weights`` gathers the full tensors
-  verl's FSDP engine yields and sends them to the replica's server, which swaps them in between
-  two sampling batches (:meth:`~relight_torch.engine.TorchEngine.updating_weights`).
+* :class:`VLLMReplica`, in the driver: starts one vLLM OpenAI server per replica from the vLLM
+  environment (``.venv-vllm``) with :class:`relight_torch.vllm.VLLMServing`, the code relight-torch
+  serves its own policies with (restarted if it dies, stopped with the run), and is the gateway's
+  :class:`~relight_torch.vllm.VLLMUpstream` for it.
+* :class:`ServerAdapter`, in each training worker: ``update_weights`` writes the tensors verl's FSDP
+  engine yields to a folder, full weights as safetensors (or, when the actor trains LoRA adapters and
+  does not merge them, the adapter in peft's format).
+* :func:`serve_written_weights`, in the driver once verl's sync has returned: each replica serves that
+  folder as the new policy version, full weights through vLLM's ``reload_weights``, an adapter hot-loaded
+  under its version's name (:meth:`relight_torch.vllm.VLLMServing.push_full` / ``push_adapter``).
 
-There is nothing to free on the CPU, so ``sleep``/``wake_up`` do nothing; the gateway is paused
-and drained by relight around every update, as on GPUs.
+vLLM has no sleep mode on the CPU and nothing to free there, so ``sleep``/``wake_up`` do nothing; the
+gateway is paused and drained by relight around every update, as on GPUs. Where this differs from the
+GPU path, and why, is in the package's README ("On the CPU").
 """
 
 from __future__ import annotations
 
-import socket
-import threading
+import asyncio
+import os
+import shutil
 from collections.abc import Generator, Mapping
+from pathlib import Path
 from typing import Any
 
-import ray
 import torch
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica
 
 from relight_verl.cpu.plugin import ROLLOUT as NAME
 
-__all__ = ["NAME", "RelightTorchReplica", "RelightTorchServer", "ServerAdapter", "served_model_name"]
+__all__ = ["NAME", "ServerAdapter", "VLLMReplica", "engine_options", "serve_written_weights", "weights_folder"]
+
+_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
+"""The ranks vLLM's ``--max-lora-rank`` takes."""
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 
 
-def served_model_name(config: Any, model_path: str) -> str:
-    """The name the server answers to: ``rollout.engine_kwargs.relight_torch.served_model_name``, else the path."""
-    engine_kwargs: Mapping[str, Any] = config.engine_kwargs.get(NAME) or {}
-    return engine_kwargs.get("served_model_name") or model_path
+def engine_options(config: Any) -> Mapping[str, Any]:
+    """``rollout.engine_kwargs.relight_vllm``: ``served_model_name``, ``weights_dir``, ``dtype``, ``kv_cache_gib``."""
+    return config.engine_kwargs.get(NAME) or {}
 
 
-def _server_name(replica_rank: int) -> str:
-    return f"relight_torch_server_{replica_rank}"
+def weights_folder(config: Any, replica_rank: int) -> Path:
+    """Where the worker of replica ``replica_rank`` writes the weights its server is to serve next."""
+    root = engine_options(config).get("weights_dir")
+    if not root:
+        raise ValueError(f"set actor_rollout_ref.rollout.engine_kwargs.{NAME}.weights_dir (VerlConfig does)")
+    return Path(root) / f"replica-{replica_rank}"
 
 
-class RelightTorchServer:
-    """One replica: a relight-torch engine behind ``relight_torch.server``, in a thread of this Ray actor."""
+class VLLMReplica(RolloutReplica):
+    """A vLLM server per replica, run by this (the driver's) process; one training worker per replica."""
 
-    def __init__(self, model_path: str, name: str, seed: int = 0) -> None:
-        import uvicorn
-
-        from relight_torch.engine import TorchEngine
-        from relight_torch.server import create_app
-
-        self.engine = TorchEngine.from_pretrained(model_path, name=name, seed=seed)
-        self.host = ray.util.get_node_ip_address()
-        listener = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET)
-        listener.bind((self.host, 0))
-        self.port: int = listener.getsockname()[1]
-        config = uvicorn.Config(create_app(self.engine), log_level="warning", lifespan="off")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [listener]}, name="relight-torch-server", daemon=True
-        )
-        self._thread.start()
-
-    def get_server_address(self) -> tuple[str, int]:
-        return self.host, self.port
-
-    def update_weights(self, named_tensors: list[tuple[str, torch.Tensor]]) -> int:
-        """Load the actor's full weights; sampling waits for the swap. Returns the engine's policy version."""
-        model = self.engine.model
-        state = dict(named_tensors)
-        with self.engine.updating_weights():
-            missing, unexpected = model.load_state_dict(state, strict=False)
-        tied = {"lm_head.weight"} if model.config.tie_word_embeddings else set()
-        if unexpected or set(missing) - tied:
-            raise KeyError(
-                f"the actor's weights do not fit the served model: missing {missing}, unexpected {unexpected}"
-            )
-        return self.engine.policy_version
-
-    def logprob(self, prompt_ids: list[int], token_ids: list[int]) -> list[float]:
-        """Logprobs the served weights give ``token_ids`` after ``prompt_ids`` (how tests see a sync land).
-
-        Read it while nothing updates the weights (between updates, or with the gateway paused).
-        """
-        ids = torch.tensor([prompt_ids + token_ids])
-        with torch.no_grad():
-            logits = self.engine.model(ids).logits[0, len(prompt_ids) - 1 : -1]
-        chosen = torch.log_softmax(logits.float(), dim=-1).gather(1, torch.tensor(token_ids)[:, None])
-        return chosen[:, 0].tolist()
-
-    # What verl's replicas and checkpoint manager ask of every rollout server. On the CPU there is no
-    # device memory to free or restore, so each is a no-op: relight's gateway keeps agents away meanwhile.
-
-    def sleep(self) -> None:
-        return None
-
-    def wake_up(self) -> None:
-        return None
-
-    def wait_for_requests_to_drain(self) -> None:
-        return None  # relight's gateway has drained before verl is asked to sleep
-
-    def clear_kv_cache(self) -> None:
-        return None
-
-    def release_kv_cache(self) -> None:
-        return None
-
-    def resume_kv_cache(self) -> None:
-        return None
-
-    def abort_all_requests(self) -> dict[str, Any]:
-        return {"aborted_count": 0, "request_ids": []}
-
-    def resume_generation(self) -> None:
-        return None
-
-    def start_profile(self, **_: Any) -> None:
-        return None
-
-    def stop_profile(self) -> None:
-        return None
-
-
-class RelightTorchReplica(RolloutReplica):
-    """A relight-torch server per replica, on its training worker's node (hybrid mode, as vLLM's)."""
+    serving: Any = None
+    """The replica's :class:`relight_torch.vllm.VLLMServing` once :meth:`launch_servers` ran."""
 
     async def launch_servers(self) -> None:
         if self.world_size != 1:
@@ -138,43 +69,89 @@ class RelightTorchReplica(RolloutReplica):
                 f"the {NAME} rollout serves one process per replica: set tensor, data and pipeline "
                 f"parallel sizes of the rollout to 1 (got a world size of {self.world_size})"
             )
-        model_path = self.model_config.path  # a local folder or a hub id, as the training workers load it
-        name = served_model_name(self.config, model_path)
-        node_id = await self.workers[0].__ray_call__.remote(lambda _: ray.get_runtime_context().get_node_id())
-        server = (
-            ray.remote(RelightTorchServer)
-            .options(
-                name=_server_name(self.replica_rank),
-                scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
-                    node_id=node_id, soft=False
-                ),
-                num_cpus=0,  # shares its worker's cores, as vLLM shares its worker's GPU
-                max_concurrency=8,
-            )
-            .remote(model_path, name)
+        from transformers import AutoTokenizer
+
+        from relight_torch.vllm import VLLMServerOptions, VLLMServing
+        from relight_torch.vllm.serving import with_tool_rendering
+
+        options = engine_options(self.config)
+        model = _model_folder(self.model_config)
+        name = options.get("served_model_name") or self.model_config.path
+        folder = weights_folder(self.config, self.replica_rank)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        server = VLLMServerOptions(
+            dtype=options.get("dtype", "float32"),
+            max_model_len=int(self.config.max_model_len or 4096),
+            max_lora_rank=_server_lora_rank(int(_field(self.model_config, "lora_rank") or 0)),
+            kv_cache_gib=int(options.get("kv_cache_gib", 1)),
+            seed=int(options.get("seed", 0)),
         )
-        host, port = await server.get_server_address.remote()
-        self.servers = [server]
-        self._server_handle = server
-        self._server_address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        server = with_tool_rendering(server, str(AutoTokenizer.from_pretrained(model).chat_template or ""))
+        self.serving = VLLMServing(
+            model, name=name, options=server, log_path=folder.parent / f"vllm-server-{self.replica_rank}.log"
+        )
+        upstream = await asyncio.to_thread(self.serving.start)
+        self._server_address = upstream.name.removeprefix("http://").removesuffix("/v1")
+        self.servers = []  # no Ray actor: verl's sleep/wake/abort calls have nothing to reach
+
+    @property
+    def upstream(self) -> Any:
+        """The gateway's :class:`~relight_torch.vllm.VLLMUpstream` for this replica's server."""
+        return self.serving.upstream
+
+    def serve(self, version: int) -> None:
+        """Serve what this replica's worker wrote (see :class:`ServerAdapter`) as policy ``version``."""
+        folder = weights_folder(self.config, self.replica_rank) / f"v{version}"
+        if (folder / "adapter_config.json").is_file():
+            self.serving.push_adapter(version, folder)
+        elif (folder / "config.json").is_file():
+            self.serving.push_full(version, folder)
+        else:
+            raise FileNotFoundError(f"the training worker wrote no weights for version {version} to {folder}")
+
+    def stop(self) -> None:
+        """Stop the server and delete the weights written for it; safe to call twice."""
+        if self.serving is not None:
+            self.serving.close()
+        shutil.rmtree(weights_folder(self.config, self.replica_rank), ignore_errors=True)
 
     def rollout_worker_use_gpu(self) -> bool:
         return False
 
 
+def serve_written_weights(replicas: list[Any], version: int) -> None:
+    """After verl's weight sync returned: every :class:`VLLMReplica` serves its worker's folder as ``version``."""
+    for replica in replicas:
+        if isinstance(replica, VLLMReplica):
+            replica.serve(version)
+
+
+def _field(config: Any, key: str) -> Any:
+    """A field of verl's model config, whether a DictConfig (the driver's) or verl's dataclass (a worker's)."""
+    return config.get(key, None) if hasattr(config, "get") else getattr(config, key, None)
+
+
+def _model_folder(model_config: Any) -> str:
+    """The local folder verl loads the model from (a hub id's local copy, or the path itself)."""
+    return str(_field(model_config, "local_path") or _field(model_config, "path"))
+
+
+def _server_lora_rank(rank: int) -> int:
+    """vLLM's ``--max-lora-rank`` for adapters of ``rank``: the smallest it takes, 16 at least."""
+    for allowed in _LORA_RANKS:
+        if allowed >= max(rank, 16):
+            return allowed
+    raise ValueError(f"lora_rank={rank} exceeds the largest rank vLLM serves ({_LORA_RANKS[-1]})")
+
+
 class ServerAdapter(BaseRollout):
-    """Inside a training worker: verl's weight sync sends the FSDP actor's full weights to the replica's server."""
+    """Inside a training worker: verl's weight sync writes the FSDP actor's weights where its replica serves them."""
 
     def __init__(self, config: Any, model_config: Any, device_mesh: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__(config, model_config, device_mesh, *args, **kwargs)
         rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
-        self.replica_rank = rank  # one process per replica (RelightTorchReplica checks)
-        self._server: Any = None
-
-    def _server_handle(self) -> Any:
-        if self._server is None:
-            self._server = ray.get_actor(_server_name(self.replica_rank))
-        return self._server
+        self.replica_rank = rank  # one process per replica (VLLMReplica checks)
+        self.is_leader_rank = True
 
     async def resume(self, tags: list[str]) -> None:
         return None
@@ -186,13 +163,51 @@ class ServerAdapter(BaseRollout):
         self,
         weights: Generator[tuple[str, torch.Tensor], None, None],
         wire_format: str = "named_tensors",
+        peft_config: Any = None,
+        base_sync_done: bool = True,
+        global_steps: int | None = None,
         **kwargs: Any,
     ) -> None:
         if wire_format != "named_tensors":
             raise ValueError(
                 f"the {NAME} rollout takes full tensors (wire_format 'named_tensors'), not {wire_format!r}"
             )
-        if kwargs.get("peft_config") is not None:
-            raise ValueError(f"the {NAME} rollout takes merged weights: set actor_rollout_ref.model.lora.merge=true")
-        named = [(name, tensor.detach().to("cpu", copy=True)) for name, tensor in weights]
-        await self._server_handle().update_weights.remote(named)
+        if global_steps is None:
+            raise ValueError(f"the {NAME} rollout names each version by verl's global step; none was given")
+        # Every rank draws every tensor: drawing one gathers it across the training processes.
+        named = {name: tensor.detach().to("cpu", copy=True).contiguous() for name, tensor in weights}
+        if peft_config is not None and not base_sync_done:
+            return  # the base weights, which LoRA leaves as they are: the server loaded them at start
+        folder = weights_folder(self.config, self.replica_rank) / f"v{global_steps}"
+        writing = folder.with_name(f"{folder.name}.writing")
+        shutil.rmtree(writing, ignore_errors=True)
+        writing.mkdir(parents=True)
+        if peft_config is not None:
+            _write_adapter(writing, named, peft_config)
+        else:
+            _write_full(writing, named, Path(_model_folder(self.model_config)))
+        shutil.rmtree(folder, ignore_errors=True)
+        os.replace(writing, folder)  # the driver never sees half a version
+
+
+def _write_full(folder: Path, tensors: dict[str, torch.Tensor], model: Path) -> None:
+    """Full weights as one safetensors file, beside the model's own config and tokenizer files (a
+    restarted server starts from this folder)."""
+    from safetensors.torch import save_file
+
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    for path in model.iterdir():
+        if path.is_file() and not path.name.endswith(_WEIGHT_SUFFIXES) and not path.name.endswith(".index.json"):
+            shutil.copy2(path, folder / path.name)
+
+
+def _write_adapter(folder: Path, tensors: dict[str, torch.Tensor], peft_config: Mapping[str, Any]) -> None:
+    """A peft adapter folder: ``adapter_config.json`` and ``adapter_model.safetensors``, as peft saves one.
+
+    verl hands the adapter's config over as ``LoraConfig.to_dict()``; peft makes it a config again.
+    """
+    from peft import PeftConfig
+    from safetensors.torch import save_file
+
+    PeftConfig.from_peft_type(**peft_config).save_pretrained(str(folder))
+    save_file(tensors, str(folder / "adapter_model.safetensors"), metadata={"format": "pt"})
