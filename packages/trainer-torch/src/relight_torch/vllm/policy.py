@@ -59,6 +59,7 @@ from relight_torch.vllm.upstream import VLLMUpstream
 
 __all__ = ["VLLMGRPO", "LoraOptions", "VLLMPolicy"]
 
+
 @dataclass(frozen=True)
 class LoraOptions:
     """The LoRA adapters the learner trains (peft's ``LoraConfig``); the rank must not pass the server's
