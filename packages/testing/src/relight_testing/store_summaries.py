@@ -180,6 +180,21 @@ class SummaryConformance:
         await store.add_spans([make_span(rollout.rollout_id, attempt.attempt_id, "late")])
         assert (await store.list_summaries()).rows[0].spans == 0  # the first attempt no longer counts
 
+    async def test_a_roles_own_reward_is_not_the_rollouts(self, store: Store) -> None:
+        both, aimed_only = await store.enqueue([RolloutRequest(input="both"), RolloutRequest(input="aimed only")])
+        for rollout, values in ((both, (1.0, 0.25)), (aimed_only, (None, 0.5))):
+            claim = await store.claim("w")
+            assert claim is not None
+            outcome, own = values
+            aimed: dict[str, object] = {semconv.SPAN_KIND: "reward", semconv.REWARD: own, semconv.REWARD_ROLE: "critic"}
+            spans = [make_span(rollout.rollout_id, claim[1].attempt_id, "critic's", attributes=aimed)]
+            if outcome is not None:
+                reward: dict[str, object] = {semconv.SPAN_KIND: "reward", semconv.REWARD: outcome}
+                spans.append(make_span(rollout.rollout_id, claim[1].attempt_id, "outcome", attributes=reward))
+            await store.add_spans(spans)
+        rows = {row.rollout.rollout_id: row for row in (await store.list_summaries()).rows}
+        assert (rows[both.rollout_id].reward, rows[aimed_only.rollout_id].reward) == (1.0, None)
+
     async def test_summaries_agree_with_the_spans(self, store: Store) -> None:
         await fill_varied(store)
         expected = await summaries_from_spans(store)
