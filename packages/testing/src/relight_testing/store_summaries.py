@@ -27,7 +27,8 @@ _ROLES = ["solver", "critic", "team/writer"]
 
 
 def _spans(attempt_id: str, rollout_id: str, number: int) -> list[Span]:
-    """A root, role and LLM spans (some failed, some without token ids), rewards and, for a few, a drop mark."""
+    """A root, role and LLM spans (some failed, some without token ids), rewards (some a role's own) and, for a
+    few, a drop mark."""
     spans = [make_span(rollout_id, attempt_id, "root")]
     for call in range(number % 4):
         role = _ROLES[(number + call) % len(_ROLES)]
@@ -44,6 +45,9 @@ def _spans(attempt_id: str, rollout_id: str, number: int) -> list[Span]:
     for index in range(number % 3):
         reward: dict[str, object] = {semconv.SPAN_KIND: "reward", semconv.REWARD: (number % 5) / 4 + index}
         spans.append(make_span(rollout_id, attempt_id, f"reward{index}", attributes=reward))
+    if number % 4 == 3:  # a role's own reward: no part of the rollout's
+        aimed: dict[str, object] = {semconv.SPAN_KIND: "reward", semconv.REWARD: 10.0, semconv.REWARD_ROLE: "critic"}
+        spans.append(make_span(rollout_id, attempt_id, "critic's reward", attributes=aimed))
     if number % 11 == 4:
         dropped: dict[str, object] = {semconv.SPAN_KIND: "annotation", semconv.DROPPED_REASON: "staleness"}
         spans.append(make_span(rollout_id, attempt_id, "dropped", name=semconv.DROPPED_SPAN, attributes=dropped))

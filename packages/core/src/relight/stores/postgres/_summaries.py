@@ -66,7 +66,9 @@ WITH latest AS (
     SELECT rollout_id, count(*) AS spans,
         sum((a ->> 'relight.reward')::double precision)
             FILTER (WHERE kind = 'reward' AND jsonb_typeof(a -> 'relight.reward') = 'number'
-                AND NOT (jsonb_typeof(a -> 'relight.reward.role') = 'string' AND a ->> 'relight.reward.role' <> ''))
+                AND NOT coalesce(
+                    jsonb_typeof(a -> 'relight.reward.role') = 'string' AND a ->> 'relight.reward.role' <> '', false
+                ))
             AS reward,
         count(*) FILTER (WHERE kind = 'llm') AS calls,
         count(*) FILTER (WHERE kind = 'llm' AND d ->> 'status_code' = 'ERROR') AS failed_calls,
