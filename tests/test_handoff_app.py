@@ -29,7 +29,7 @@ from relight.dashboard import Dashboard
 from relight.records import Mode, SpanKind, Transition
 from relight.scripted import Reply, ScriptedUpstream, ScriptRequest, ToolCall
 from relight.transitions.builder import TransitionBuilder
-from relight.transitions.signal import flat_groups
+from relight.transitions.signal import flat_groups, group_key
 from relight.transitions.verdicts import Reason
 from relight_testing.algorithms import RecordingAlgorithm
 
@@ -77,7 +77,7 @@ class SkipsFlatUpdates(RecordingAlgorithm):
 
     async def update(self, transitions: Sequence[Transition]) -> Mapping[str, float]:
         self.batches.append(list(transitions))
-        if flat_groups(transitions) == {t.group_id for t in transitions}:
+        if flat_groups(transitions) == {group_key(t) for t in transitions}:
             return {"update_skipped": 1.0}
         self._version += 1
         return {"update_skipped": 0.0}

@@ -12,10 +12,11 @@ Trained as one policy, only the writer and the rewriter learn and the checker is
 (``TransitionBuilder(roles="write_query|rewrite_query")``). Trained as two policies
 (``relight.Trainer(policies=POLICIES)``), the checker is a policy of its own, with a reward of its
 own: the share of its verdicts (passed or not) that match whether the query it checked returns the
-gold rows, emitted as the reward ``"checker"`` while the checker trains; the credit assigner
-:func:`checker_credit` gives it to the checker's calls alone, so the writer's stays the execution
-match. Every run also records that accuracy as an annotation (the held-out figure). The
-relight-specific lines are ``relight.instrument("langgraph")``, the model's ``base_url``/``api_key``/
+gold rows, emitted as the reward ``"checker"`` for the role ``check_query``
+(``relight.emit_reward(..., role=CHECKER_ROLE)``). relight credits a role's own reward to that role's
+calls alone and leaves it out of the rollout's reward, so the writer's credit and the rollout's reward
+stay the execution match. Every run also records that accuracy as an annotation (the held-out
+figure). The relight-specific lines are ``relight.instrument("langgraph")``, the model's ``base_url``/``api_key``/
 ``model`` taken from the ``llm`` handle, the returned reward, and the checker's reward and annotation.
 
 Commands (see README.md)::
@@ -40,8 +41,6 @@ from langgraph.graph.state import CompiledStateGraph
 from sql_data import execute, execution_match, schema
 
 import relight
-from relight.plugins import registry
-from relight.transitions.credit import CreditAssigner, Episode
 
 MAX_TURNS = 2
 """Rewrites allowed after the first query (a task's ``max_turns`` overrides it)."""
@@ -51,8 +50,6 @@ POLICIES = {"writer": TRAINED_ROLES, "checker": CHECKER_ROLE}
 """The two policies of ``--policies 2``: the writer and rewriter share one, the checker has its own."""
 CHECKER_REWARD = "checker"
 """The name of the checker's own reward and annotation: the share of its verdicts that were right."""
-CHECKER_CREDIT = "sql_checker"
-"""The credit assigner (:func:`checker_credit`) that gives the checker's reward to the checker's calls alone."""
 CORRECT = "THE QUERY IS CORRECT"
 
 WRITE_PROMPT = (
@@ -173,26 +170,6 @@ def verdict_accuracy(db_path: str, gold: str, checks: list[tuple[str, bool]]) ->
     return sum(right) / len(right)
 
 
-def checker_credit() -> CreditAssigner:
-    """Each ``check_query`` call gets the mean of the episode's ``"checker"`` rewards (its own reward, when
-    the checker trains), every other call the sum of the other rewards (the execution match)."""
-
-    def assign(episode: Episode) -> list[float]:
-        own = [event.value for event in episode.rewards if event.name == CHECKER_REWARD]
-        rest = sum(event.value for event in episode.rewards if event.name != CHECKER_REWARD)
-        checker = sum(own) / len(own) if own else rest
-        return [checker if call.role == CHECKER_ROLE else rest for call in episode.calls]
-
-    return assign
-
-
-def register_checker_credit() -> None:
-    """Make :func:`checker_credit` known by name (``TransitionBuilder(credit=CHECKER_CREDIT)``); idempotent."""
-    credit = registry("credit_assigners")
-    if CHECKER_CREDIT not in credit.names():
-        credit.register(CHECKER_CREDIT, checker_credit)
-
-
 def chat_model(llm: Any, *, temperature: float = 1.0) -> ChatOpenAI:
     """The agent's model, pointed at relight's gateway for this rollout."""
     return ChatOpenAI(
@@ -212,8 +189,7 @@ async def answer(task: dict[str, Any], llm: Any) -> float:
     accuracy = verdict_accuracy(task["db_path"], task["query"], state.get("checks", []))
     if accuracy is not None:
         relight.emit_annotation({CHECKER_REWARD: accuracy}, name=CHECKER_REWARD)
-        if "checker" in task.get("trained_policies", []):  # a reward only where it trains the checker
-            relight.emit_reward(accuracy, name=CHECKER_REWARD)
+        relight.emit_reward(accuracy, name=CHECKER_REWARD, role=CHECKER_ROLE)  # the checker's calls' credit alone
     return 1.0 if execution_match(task["db_path"], state["query"], task["query"]) else 0.0
 
 

@@ -13,14 +13,14 @@ train; greedy evaluation on all 61 dev questions.
 
 ``--policies 2`` trains the writer/rewriter and the checker as two policies, a LoRA adapter each on
 the top 10 layers (lr 2e-4), after the same warm start; the checker learns from its own reward (the
-share of its verdicts that match the execution match; ``checker_credit`` keeps it to the checker's
-calls), and its held-out accuracy before and after RL goes in scenario.json. ``--policies 1`` is the
-same recipe with the writer/rewriter policy alone.
+share of its verdicts that match the execution match, a reward of the ``check_query`` role that
+reaches the checker's calls alone), and its held-out accuracy before and after RL goes in
+scenario.json. ``--policies 1`` is the same recipe with the writer/rewriter policy alone.
 """
 
 from __future__ import annotations
 
-from sql_agent import CHECKER_CREDIT, CHECKER_REWARD, POLICIES, TRAINED_ROLES, answer, register_checker_credit
+from sql_agent import CHECKER_REWARD, POLICIES, TRAINED_ROLES, answer
 from sql_data import load
 from sql_scripted import script
 
@@ -43,7 +43,6 @@ RECIPE = Recipe(
 )
 
 if __name__ == "__main__":
-    register_checker_credit()
     main(
         answer,
         train=[{**task, **ONE_REWRITE} for task in load("train")],
@@ -53,5 +52,4 @@ if __name__ == "__main__":
         roles=TRAINED_ROLES,
         policies=POLICIES,
         held_out_figures=[CHECKER_REWARD],
-        credit=CHECKER_CREDIT,
     )

@@ -70,8 +70,9 @@ async def test_a_query_that_returns_other_rows_earns_nothing(dev) -> None:
 async def test_a_trained_checker_is_rewarded_for_verdicts_that_match_the_execution_match(
     dev, verdict: str, accuracy: float, roles: set[str]
 ) -> None:
-    """Two policies: the checker's reward (right verdicts' share) reaches its calls alone; the writer's and the
-    rewriter's stay the execution match. The writer's query is right, so passing it is the right verdict."""
+    """Two policies: the checker's reward (right verdicts' share, a reward of its role) reaches its calls alone;
+    the writer's, the rewriter's and the rollout's stay the execution match. The writer's query is right, so
+    passing it is the right verdict."""
     writer = script(mistakes=False)
 
     def model(request: ScriptRequest) -> str | Reply:
@@ -81,13 +82,16 @@ async def test_a_trained_checker_is_rewarded_for_verdicts_that_match_the_executi
             return "```"  # keeps the right query
         return writer(request)
 
-    sql_agent.register_checker_credit()
-    tasks = [{**task, "max_turns": 1, "trained_policies": ["writer", "checker"]} for task in sql_data.load("dev")[:2]]
+    tasks = [{**task, "max_turns": 1} for task in sql_data.load("dev")[:2]]
     run = await dev(sql_agent.answer, tasks, model)
-    builder = TransitionBuilder(credit=sql_agent.CHECKER_CREDIT, policies=sql_agent.POLICIES)
+    builder = TransitionBuilder(policies=sql_agent.POLICIES)
     for result in run.results:
-        assert result.reward == 1.0 + accuracy, "the rollout's return holds both rewards"
+        assert result.reward == 1.0, "the checker's reward stays out of the rollout's"
         spans = [span for span in run.spans if span.rollout_id == result.rollout.rollout_id]
+        own = [span for span in spans if span.kind is SpanKind.REWARD and semconv.REWARD_ROLE in span.attributes]
+        assert [(s.attributes[semconv.REWARD], s.attributes[semconv.REWARD_ROLE]) for s in own] == [
+            (accuracy, "check_query")
+        ]
         transitions = builder.from_spans(result.rollout, spans[0].attempt_id, spans)
         assert {t.role for t in transitions} == roles
         for transition in transitions:
@@ -98,7 +102,7 @@ async def test_a_trained_checker_is_rewarded_for_verdicts_that_match_the_executi
         assert [json.loads(str(span.attributes[semconv.ANNOTATION])) for span in notes] == [{"checker": accuracy}]
 
 
-async def test_an_untrained_checker_earns_no_reward_and_its_accuracy_is_recorded(dev) -> None:
+async def test_the_checkers_reward_never_counts_in_the_rollouts_and_its_accuracy_is_recorded(dev) -> None:
     run = await dev(sql_agent.answer, sql_data.load("dev")[:1], script(mistakes=False))
     assert run.rewards == [1.0], "the rollout's reward stays the execution match"
     notes = [span for span in run.spans if span.kind is SpanKind.ANNOTATION]

@@ -44,7 +44,8 @@ class SpanFacts:
 
     spans: int = 0
     reward: float | None = None
-    """The sum of the attempt's numeric rewards (as :func:`relight.transitions.episode_return`); None without any."""
+    """The sum of the attempt's numeric rewards but those for one role (as :func:`relight.transitions.episode_return`);
+    None without any."""
     roles: Counter[str] = field(default_factory=Counter[str])
     """Role spans by role."""
     calls: int = 0
@@ -68,6 +69,8 @@ class SpanFacts:
         attributes = span.attributes
         kind = span.kind
         if kind is SpanKind.REWARD:
+            if isinstance(aimed := attributes.get(semconv.REWARD_ROLE), str) and aimed:
+                return  # one role's own reward, not the rollout's outcome
             value = attributes.get(semconv.REWARD)
             if isinstance(value, int | float) and not isinstance(value, bool):
                 self.reward = (self.reward or 0.0) + float(value)

@@ -137,6 +137,31 @@ def test_show_draws_attempts_and_nested_spans(
     assert sum("[reward]" in line for line in lines) == 2
 
 
+def test_a_roles_own_reward_is_shown_on_its_span_and_left_out_of_the_rollouts(
+    store_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async def fill() -> None:
+        store = SqliteStore.from_url(store_url)
+        await store.enqueue([RolloutRequest(input="q", rollout_id="ro-roles")])
+        claimed = await store.claim("worker-1")
+        assert claimed is not None
+        aimed = {**_reward(0.25), semconv.REWARD_ROLE: "check_query"}
+        spans = [make_span("ro-roles", claimed[1].attempt_id, "r0", name="reward", attributes=_reward(1.0))]
+        spans.append(make_span("ro-roles", claimed[1].attempt_id, "r1", name="reward checker", attributes=aimed))
+        await store.add_spans(spans)
+        await store.finish_attempt("ro-roles", claimed[1].attempt_id, AttemptStatus.SUCCEEDED)
+        await store.close()
+
+    asyncio.run(fill())
+    _, listed, _ = run(["rollouts", "--store", store_url], capsys)
+    (row,) = [line for line in listed.splitlines() if line.startswith("│ ro-roles")]
+    assert row.split()[row.split().index("1/3") + 2] == "1", "the rollout's reward is the agent's own"
+    _, shown, _ = run(["show", "ro-roles", "--store", store_url], capsys)
+    assert "reward 1" in shown.splitlines()[0]
+    assert "1.25" not in shown
+    assert "reward 0.25 for role check_query" in shown
+
+
 def test_stats_counts(rollouts: list[Rollout], store_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     status, out, _ = run(["stats", "--store", store_url], capsys)
     assert status == 0

@@ -3,6 +3,7 @@ and a fit reports metrics per policy. Real runner, gateway, openai client and sc
 
 import asyncio
 import io
+import itertools
 import json
 from pathlib import Path
 
@@ -10,16 +11,18 @@ import pytest
 from rich.console import Console
 
 import relight
-from relight import Trainer
+from relight import Trainer, semconv
 from relight.cli import main
 from relight.dashboard.catalog import Catalog
 from relight.errors import ConfigError
 from relight.plugins import open_store
+from relight.records import SpanKind
 from relight.scripted import ScriptedUpstream
 from relight.stores.memory import InMemoryStore
 from relight.training.resume import RunIdentity, RunRecord
-from relight.transitions.builder import TransitionBuilder
+from relight.transitions.builder import TransitionBuilder, last_attempt_spans
 from relight.transitions.run_config import POLICY_METRICS_ITEM, POLICY_VERSIONS_ITEM, TRANSITIONS_ITEM
+from relight.transitions.trained_calls import trained_calls
 from relight_testing.agents import calls_by_role
 from relight_testing.algorithms import PoliciesRecordingAlgorithm, RecordingAlgorithm
 
@@ -163,3 +166,49 @@ async def test_a_run_resumed_with_other_policies_is_refused_naming_them(tmp_path
         ConfigError, match=r"policies \(None when the run started, \{'writer': \"'write' frozen\"\} now\)"
     ):
         RunRecord.open(tmp_path, again)
+
+
+class SkipsFlatGroups(PoliciesRecordingAlgorithm):
+    """As relight-torch's VLLMGRPO: a policy's group whose rewards are all equal is left out of its update."""
+
+    skips_flat_groups = True
+
+
+_samples = itertools.count()
+
+
+@relight.rollout
+def writer_then_checker(task: dict[str, str], llm: relight.LLM) -> float:
+    """Plain Python naming its roles with ``relight.role`` alone; the checker's own reward is the same every time."""
+    import openai
+
+    with openai.OpenAI(base_url=llm.base_url, api_key=llm.api_key, max_retries=0) as client:
+        for role in ("write_query", "check_query"):
+            with relight.role(role):
+                client.chat.completions.create(model=llm.model, messages=[{"role": "user", "content": task["text"]}])
+    relight.emit_reward(0.5, name="checker", role="check_query")
+    return float(next(_samples) % 2)  # the writer's samples differ: its group has signal
+
+
+async def test_a_group_flat_for_one_policy_is_skipped_for_that_policy_alone(tmp_path: Path) -> None:
+    """One task, two samples: the writer's group has signal, the checker's (its own reward, equal) has none."""
+    store = InMemoryStore()
+    async with ScriptedUpstream(lambda request: request.model, model="base") as upstream:
+        trainer = Trainer(
+            SkipsFlatGroups(upstream),
+            store=store,
+            policies=POLICIES,
+            batch_size=1,
+            n_samples=2,
+            run_dir=tmp_path,
+            console=Console(file=io.StringIO()),
+        )
+        (metrics,) = await trainer.afit(writer_then_checker, [{"text": "a"}])
+    assert (metrics["groups"], metrics["groups_no_signal"]) == (2, 1)
+    assert (metrics["reward/checker"], metrics["reward_mean"]) == (0.5, 0.5), "the checker's reward is its own"
+    for rollout in await store.list_rollouts():
+        spans = await last_attempt_spans(store, rollout.rollout_id)
+        trained = trained_calls(spans)
+        roles = {str(s.attributes[semconv.ROLE]): s.span_id for s in spans if s.kind is SpanKind.LLM}
+        assert roles["write_query"] in trained, "the writer's group had signal"
+        assert roles["check_query"] not in trained, "the checker's group was flat"

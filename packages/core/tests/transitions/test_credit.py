@@ -76,3 +76,37 @@ def test_a_plugin_registers_its_own_strategy() -> None:
         assert credit_assigner("last_call")(EPISODE) == [0.0, 0.0, 1.5]
     finally:
         reset_plugins()
+
+
+# A writer, a checker, the writer again; the agent's outcome (1.0) at the end, and the checker's own
+# reward (0.25, naming its role) just after its call.
+ROLE_CALLS = [Call("write", 0, 10), Call("check", 20, 30), Call("write", 40, 50)]
+ROLE_REWARDS = [Event(32, 0.25, "checker", role="check"), Event(55, 1.0)]
+
+
+@pytest.mark.parametrize(
+    ("name", "options", "expected"),
+    [
+        # the checker's calls form an episode of their own; the writer's share the outcome alone
+        ("identical", {}, [1.0, 0.25, 1.0]),
+        # the writer's two calls are discounted between themselves: 1.0 * 0.5, 1.0
+        ("discounted", {"gamma": 0.5}, [0.5, 0.25, 1.0]),
+        ("per_step", {}, [0.0, 0.25, 1.0]),
+        ("per_step", {"gamma": 0.5}, [0.5, 0.25, 1.0]),
+        # a tool's outcome still goes to the call that led to it: the checker's call led to a success
+        ("air", {"success": 0.1}, [1.0, 0.35, 1.0]),
+    ],
+)
+def test_a_roles_own_reward_reaches_its_calls_only(name: str, options: dict[str, Any], expected: list[float]) -> None:
+    episode = Episode(ROLE_CALLS, ROLE_REWARDS, [Event(35, 1.0, "run_sql")])
+    assert credit_assigner(name, **options)(episode) == pytest.approx(expected)
+
+
+def test_a_role_without_rewards_of_its_own_shares_the_outcome() -> None:
+    episode = Episode(ROLE_CALLS, [Event(55, 1.0), Event(56, 3.0, role="somebody_else")], [])
+    assert credit_assigner("identical")(episode) == [1.0, 1.0, 1.0]
+
+
+def test_when_every_call_has_its_own_reward_the_outcome_reaches_none() -> None:
+    episode = Episode([Call("check", 0, 10)], [Event(12, 0.5, role="check"), Event(15, 1.0)], [])
+    assert credit_assigner("identical")(episode) == [0.5]

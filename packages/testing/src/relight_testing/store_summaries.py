@@ -27,7 +27,8 @@ _ROLES = ["solver", "critic", "team/writer"]
 
 
 def _spans(attempt_id: str, rollout_id: str, number: int) -> list[Span]:
-    """A root, role and LLM spans (some failed, some without token ids), rewards and, for a few, a drop mark."""
+    """A root, role and LLM spans (some failed, some without token ids), rewards (some a role's own) and, for a
+    few, a drop mark."""
     spans = [make_span(rollout_id, attempt_id, "root")]
     for call in range(number % 4):
         role = _ROLES[(number + call) % len(_ROLES)]
@@ -44,6 +45,9 @@ def _spans(attempt_id: str, rollout_id: str, number: int) -> list[Span]:
     for index in range(number % 3):
         reward: dict[str, object] = {semconv.SPAN_KIND: "reward", semconv.REWARD: (number % 5) / 4 + index}
         spans.append(make_span(rollout_id, attempt_id, f"reward{index}", attributes=reward))
+    if number % 4 == 3:  # a role's own reward: no part of the rollout's
+        aimed: dict[str, object] = {semconv.SPAN_KIND: "reward", semconv.REWARD: 10.0, semconv.REWARD_ROLE: "critic"}
+        spans.append(make_span(rollout_id, attempt_id, "critic's reward", attributes=aimed))
     if number % 11 == 4:
         dropped: dict[str, object] = {semconv.SPAN_KIND: "annotation", semconv.DROPPED_REASON: "staleness"}
         spans.append(make_span(rollout_id, attempt_id, "dropped", name=semconv.DROPPED_SPAN, attributes=dropped))
@@ -179,6 +183,21 @@ class SummaryConformance:
         assert (fresh.rollout.attempt_count, fresh.spans, fresh.calls, fresh.reward, fresh.roles) == (2, 0, 0, None, {})
         await store.add_spans([make_span(rollout.rollout_id, attempt.attempt_id, "late")])
         assert (await store.list_summaries()).rows[0].spans == 0  # the first attempt no longer counts
+
+    async def test_a_roles_own_reward_is_not_the_rollouts(self, store: Store) -> None:
+        both, aimed_only = await store.enqueue([RolloutRequest(input="both"), RolloutRequest(input="aimed only")])
+        for rollout, values in ((both, (1.0, 0.25)), (aimed_only, (None, 0.5))):
+            claim = await store.claim("w")
+            assert claim is not None
+            outcome, own = values
+            aimed: dict[str, object] = {semconv.SPAN_KIND: "reward", semconv.REWARD: own, semconv.REWARD_ROLE: "critic"}
+            spans = [make_span(rollout.rollout_id, claim[1].attempt_id, "critic's", attributes=aimed)]
+            if outcome is not None:
+                reward: dict[str, object] = {semconv.SPAN_KIND: "reward", semconv.REWARD: outcome}
+                spans.append(make_span(rollout.rollout_id, claim[1].attempt_id, "outcome", attributes=reward))
+            await store.add_spans(spans)
+        rows = {row.rollout.rollout_id: row for row in (await store.list_summaries()).rows}
+        assert (rows[both.rollout_id].reward, rows[aimed_only.rollout_id].reward) == (1.0, None)
 
     async def test_summaries_agree_with_the_spans(self, store: Store) -> None:
         await fill_varied(store)

@@ -23,7 +23,7 @@ from typing import Any, Literal
 import torch
 
 from relight.records import Transition
-from relight.transitions.signal import flat_groups
+from relight.transitions.signal import flat_groups, group_key
 from relight_torch._policy import PolicyAlgorithm
 from relight_torch.advantages import episode_weights, grpo_advantages, reinforce_pp_advantages
 from relight_torch.anchors import anchor_missing_logprobs
@@ -218,5 +218,5 @@ def with_signal_samples(
     whitens over the batch.
     """
     flat = flat_groups(transitions)
-    kept = [(t, s) for t, s in zip(transitions, samples, strict=True) if t.group_id not in flat]
+    kept = [(t, s) for t, s in zip(transitions, samples, strict=True) if group_key(t) not in flat]
     return [t for t, _ in kept], [s for _, s in kept], len(flat)

@@ -180,7 +180,8 @@ def span_label(span: Span, *, full: bool = False) -> str:
     elif attributes.get(semconv.POLICY_UNROUTED) is True:
         parts.append("served by the base model [yellow](role unknown when it arrived)[/]")
     if (reward := attributes.get(semconv.REWARD)) is not None:
-        parts.append(f"reward [bold]{reward}[/]")
+        aimed = attributes.get(semconv.REWARD_ROLE)
+        parts.append(f"reward [bold]{reward}[/]" + (f" for role [magenta]{aimed}[/]" if aimed else ""))
     prompt = _token_count(span, semconv.GEN_AI_USAGE_INPUT_TOKENS, semconv.PROMPT_TOKEN_IDS)
     response = _token_count(span, semconv.GEN_AI_USAGE_OUTPUT_TOKENS, semconv.RESPONSE_TOKEN_IDS)
     if prompt is not None or response is not None:

@@ -155,18 +155,28 @@ def tracer() -> Tracer:
     return _sdk_provider().get_tracer("relight")
 
 
-def emit_reward(value: float, *, name: str = "reward") -> None:
+def emit_reward(value: float, *, name: str = "reward", role: str | None = None) -> None:
     """Record a reward for the current attempt (the episode's, or a step's under ``per_step`` credit).
 
+    With ``role``, the reward is that role's own (a checker rewarded for its verdict): credit assignment
+    gives it to that role's calls only, whose credit then comes from such rewards alone, and it stays out
+    of the episode's return (the rollout's reward, validation's mean), which remains the agent's outcome.
+
     Raises:
-        ValueError: ``value`` is not a finite number.
+        ValueError: ``value`` is not a finite number, or ``role`` is an empty string.
     """
     if isinstance(value, bool) or not math.isfinite(value):
         raise ValueError(f"reward value must be a finite number, got {value!r}")
-    _emit(
-        f"reward {name}",
-        {semconv.SPAN_KIND: SpanKind.REWARD.value, semconv.REWARD: float(value), semconv.REWARD_NAME: name},
-    )
+    if role is not None and not role:
+        raise ValueError("reward role must be a role's name (as relight.role() or an adapter names it), got ''")
+    attributes: dict[str, str | float] = {
+        semconv.SPAN_KIND: SpanKind.REWARD.value,
+        semconv.REWARD: float(value),
+        semconv.REWARD_NAME: name,
+    }
+    if role is not None:
+        attributes[semconv.REWARD_ROLE] = role
+    _emit(f"reward {name}", attributes)
 
 
 def emit_annotation(payload: Mapping[str, JsonValue], *, name: str = "annotation") -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 
 from relight.records import Rollout, RolloutRequest, Transition
-from relight.transitions.signal import flat_groups
+from relight.transitions.signal import flat_groups, group_key
 
 __all__ = ["flat_groups", "no_signal_warning", "sample_until_signal"]
 
@@ -28,14 +28,15 @@ async def sample_until_signal(
 
     A task sampled again keeps its ``group_id``, so its new samples join its group: the group grows
     until its rewards differ (a hard task that succeeded once in sixteen tries teaches something).
+    With several policies a task has learned something when any policy's group of it has signal.
     Returns every rollout, their transitions, and the rounds of resampling taken.
     """
     rollouts = await run(requests)
     transitions = await build(rollouts)
     for taken in range(rounds):
-        with_any_signal = {t.group_id for t in transitions} - flat_groups(transitions)
+        with_any_signal = {group_key(t) for t in transitions} - flat_groups(transitions)
         task_of = {rollout.rollout_id: rollout.group_id for rollout in rollouts}
-        learned = {task_of.get(t.rollout_id) for t in transitions if t.group_id in with_any_signal}
+        learned = {task_of.get(t.rollout_id) for t in transitions if group_key(t) in with_any_signal}
         again = [_again(request, taken + 1) for request in requests if request.group_id not in learned]
         if not again:
             return rollouts, transitions, taken
@@ -59,7 +60,7 @@ def no_signal_warning(step: int, transitions: Sequence[Transition], *, dynamic_s
     reward of the step is the same (a 0/1 reward the agent never earns), the policy itself must
     change first, so the warning names what changes it.
     """
-    groups = len({t.group_id for t in transitions})
+    groups = len({group_key(t) for t in transitions})
     rewards = {round(t.reward, 9) for t in transitions}
     text = f"step {step}: all {groups} group(s) have equal rewards, so there is no learning signal this step"
     if len(rewards) == 1:

@@ -35,6 +35,7 @@ from relight.training.loop import (
     step_metrics,
 )
 from relight.training.options import TrainerOptions
+from relight.transitions.signal import group_key
 from relight.transitions.trained_calls import record_update
 
 __all__ = ["RunBatch", "SyncTraining"]
@@ -118,7 +119,7 @@ class SyncTraining(TrainingLoop):
             return await self.builder.from_store(self.store, rollouts)
 
         rollouts, transitions, rounds = await sample_until_signal(requests, run, build, rounds=options.dynamic_sampling)
-        groups, flat = len({t.group_id for t in transitions}), len(flat_groups(transitions))
+        groups, flat = len({group_key(t) for t in transitions}), len(flat_groups(transitions))
         if groups and flat == groups:
             self.warn(no_signal_warning(step, transitions, dynamic_sampling=options.dynamic_sampling))
         rolled = time.perf_counter()

@@ -45,6 +45,7 @@ __all__ = [
     "episode_return",
     "last_attempt_spans",
     "read_jsonl",
+    "reward_role",
     "role_matches",
     "write_jsonl",
 ]
@@ -204,13 +205,13 @@ class TransitionBuilder:
         llm = sorted((s for s in calls if s.status_code != "ERROR"), key=lambda s: s.start_time)
         joined = _join(llm, sorted(by_kind.get(SpanKind.ROLE, []), key=lambda s: s.start_time))
         rewards = [
-            Event(span.start_time, value, str(span.attributes.get(semconv.REWARD_NAME, "")))
+            Event(span.start_time, value, str(span.attributes.get(semconv.REWARD_NAME, "")), reward_role(span))
             for span in by_kind.get(SpanKind.REWARD, [])
             if (value := _number(span.attributes.get(semconv.REWARD))) is not None
         ]
-        if not rewards and rollout.status is RolloutStatus.FAILED:
+        if rollout.status is RolloutStatus.FAILED and all(event.role is not None for event in rewards):
             ends = (s.end_time for kind in by_kind.values() for s in kind)
-            rewards = [Event(max(ends, default=0), self.failed_reward, "failed")]
+            rewards.append(Event(max(ends, default=0), self.failed_reward, "failed"))
         tools = [
             Event(span.start_time, 1.0 if span.attributes.get(semconv.TOOL_SUCCESS) is True else 0.0, span.name)
             for span in by_kind.get(SpanKind.TOOL, [])
@@ -468,13 +469,25 @@ async def last_attempt_spans(store: Store, rollout_id: str) -> list[Span]:
 
 
 def episode_return(spans: Iterable[Span]) -> float | None:
-    """The sum of an attempt's rewards (returned or emitted); None when it recorded none."""
+    """The sum of an attempt's rewards (returned or emitted); None when it recorded none.
+
+    A reward for one role (:func:`reward_role`) is that role's credit, not the agent's outcome: it is
+    left out.
+    """
     rewards = [
         value
         for span in spans
-        if span.kind is SpanKind.REWARD and (value := _number(span.attributes.get(semconv.REWARD))) is not None
+        if span.kind is SpanKind.REWARD
+        and reward_role(span) is None
+        and (value := _number(span.attributes.get(semconv.REWARD))) is not None
     ]
     return sum(rewards) if rewards else None
+
+
+def reward_role(span: Span) -> str | None:
+    """The role a reward span is for (``emit_reward(..., role=...)``); None for the episode's own rewards."""
+    role = span.attributes.get(semconv.REWARD_ROLE)
+    return role if isinstance(role, str) and role else None
 
 
 def _number(value: JsonValue | None) -> float | None:

@@ -18,6 +18,12 @@ Built-ins (``R`` is the episode's return: the sum of its rewards):
   emitted; the first call if none had); with ``gamma``, each call gets its discounted reward-to-go.
 * ``air``: automatic intermediate rewards: a base assigner's credit plus, for each tool the call
   led to, ``success`` or ``failure`` according to the tool span's ``relight.tool.success``.
+
+A role may have rewards of its own (``relight.emit_reward(value, role="check_query")``: an
+:class:`Event` whose ``role`` is set). Every built-in then credits the calls of such a role as an
+episode of their own: those calls alone, with the rewards naming their role; the other calls share
+the rewards naming no role, so the episode's outcome never reaches a role that has its own reward.
+:func:`by_reward_role` gives an assigner of a plugin the same rule.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ __all__ = [
     "Episode",
     "Event",
     "air_credit",
+    "by_reward_role",
     "discounted_credit",
     "identical_credit",
     "per_step_credit",
@@ -66,7 +73,7 @@ class Episode:
 
     calls: Sequence[Call]
     rewards: Sequence[Event]
-    """Rewards emitted (or returned) during the attempt."""
+    """Rewards emitted (or returned) during the attempt; those with a ``role`` are that role's own."""
     tools: Sequence[Event]
     """Tool runs; ``value`` is 1.0 for a success, 0.0 for a failure."""
 
@@ -79,13 +86,41 @@ CreditAssigner = Callable[[Episode], list[float]]
 """One reward per call of the episode, in order."""
 
 
+def by_reward_role(assign: CreditAssigner) -> CreditAssigner:
+    """``assign`` applied apart to the calls of each role that has rewards of its own, and to the rest.
+
+    The calls of a role some reward names form an episode of their own with those rewards; every
+    other call shares the rewards naming no role. Without rewards naming a role it is ``assign``.
+    """
+
+    def split(episode: Episode) -> list[float]:
+        aimed = {event.role for event in episode.rewards if event.role is not None}
+        if not aimed:
+            return assign(episode)
+        members: dict[str | None, list[int]] = {}
+        for index, call in enumerate(episode.calls):
+            members.setdefault(call.role if call.role in aimed else None, []).append(index)
+        credit = [0.0] * len(episode.calls)
+        for role, indices in members.items():
+            part = Episode(
+                [episode.calls[index] for index in indices],
+                [event for event in episode.rewards if event.role == role],
+                episode.tools,
+            )
+            for index, value in zip(indices, assign(part), strict=True):
+                credit[index] = value
+        return credit
+
+    return split
+
+
 def identical_credit() -> CreditAssigner:
     """Every call gets the episode's return."""
 
     def assign(episode: Episode) -> list[float]:
         return [episode.total_reward] * len(episode.calls)
 
-    return assign
+    return by_reward_role(assign)
 
 
 def discounted_credit(gamma: float = 0.9) -> CreditAssigner:
@@ -96,7 +131,7 @@ def discounted_credit(gamma: float = 0.9) -> CreditAssigner:
         last = len(episode.calls) - 1
         return [episode.total_reward * gamma ** (last - index) for index in range(len(episode.calls))]
 
-    return assign
+    return by_reward_role(assign)
 
 
 def per_step_credit(gamma: float | None = None) -> CreditAssigner:
@@ -114,11 +149,15 @@ def per_step_credit(gamma: float | None = None) -> CreditAssigner:
             to_go[index] = running
         return to_go
 
-    return assign
+    return by_reward_role(assign)
 
 
 def air_credit(base: CreditAssigner | None = None, success: float = 0.1, failure: float = -0.1) -> CreditAssigner:
-    """``base``'s credit (``identical`` by default) plus ``success``/``failure`` for each tool run a call led to."""
+    """``base``'s credit (``identical`` by default) plus ``success``/``failure`` for each tool run a call led to.
+
+    A tool's outcome goes to the call that led to it whatever its role; rewards naming a role are
+    ``base``'s to credit (every built-in base follows :func:`by_reward_role`).
+    """
     assign_base = base or identical_credit()
 
     def assign(episode: Episode) -> list[float]:

@@ -38,7 +38,7 @@ from relight.records import Span, SpanKind, Transition
 from relight.store import Store
 from relight.tracing.hook_failures import hook_failed
 from relight.transitions.drops import DropReason, mark_attempts
-from relight.transitions.signal import flat_groups
+from relight.transitions.signal import GroupKey, flat_groups, group_key
 
 __all__ = [
     "TRAINED_SPAN",
@@ -90,16 +90,16 @@ async def record_trained(
     transitions: Sequence[Transition],
     version: int,
     *,
-    left_out: Collection[str] = (),
+    left_out: Collection[GroupKey] = (),
 ) -> None:
     """After an update to policy ``version``: one ``relight.trained`` span on each attempt it trained on.
 
     Advantages are asked for the whole batch (REINFORCE++ whitens over it); the transitions of the
-    groups in ``left_out`` are then not listed.
+    groups in ``left_out`` (``(policy, group_id)``, see :mod:`relight.transitions.signal`) are then not listed.
     """
     by_attempt: dict[tuple[str, str], list[tuple[str, float | None]]] = {}
     for transition, advantage in zip(transitions, _advantages(algorithm, transitions), strict=True):
-        if transition.span_id is not None and transition.group_id not in left_out:
+        if transition.span_id is not None and group_key(transition) not in left_out:
             key = (transition.rollout_id, transition.attempt_id)
             by_attempt.setdefault(key, []).append((transition.span_id, advantage))
     now = time.time_ns()
@@ -129,8 +129,11 @@ async def record_trained(
         hook_failed("recording which calls an update trained on")
 
 
-def skipped_groups(algorithm: object, transitions: Sequence[Transition]) -> set[str]:
-    """The groups an update that changed the weights did not learn from: the flat ones, where it skips them."""
+def skipped_groups(algorithm: object, transitions: Sequence[Transition]) -> set[GroupKey]:
+    """The groups an update that changed the weights did not learn from: the flat ones, where it skips them.
+
+    A group is a policy's (a group can be flat for one policy and not for another).
+    """
     return flat_groups(transitions) if getattr(algorithm, "skips_flat_groups", False) is True else set()
 
 
@@ -150,7 +153,7 @@ async def record_update(
             return False
         skipped = skipped_groups(algorithm, transitions)
         await record_trained(store, algorithm, transitions, version, left_out=skipped)
-        with_learned = {(t.rollout_id, t.attempt_id) for t in transitions if t.group_id not in skipped}
+        with_learned = {(t.rollout_id, t.attempt_id) for t in transitions if group_key(t) not in skipped}
         flat = [attempt for attempt in attempts if attempt not in with_learned]
         await mark_attempts(store, flat, DropReason.NO_SIGNAL, policy_version=version)
     except RelightError:

@@ -65,7 +65,11 @@ WITH latest AS (
 ), facts AS (
     SELECT rollout_id, count(*) AS spans,
         sum((a ->> 'relight.reward')::double precision)
-            FILTER (WHERE kind = 'reward' AND jsonb_typeof(a -> 'relight.reward') = 'number') AS reward,
+            FILTER (WHERE kind = 'reward' AND jsonb_typeof(a -> 'relight.reward') = 'number'
+                AND NOT coalesce(
+                    jsonb_typeof(a -> 'relight.reward.role') = 'string' AND a ->> 'relight.reward.role' <> '', false
+                ))
+            AS reward,
         count(*) FILTER (WHERE kind = 'llm') AS calls,
         count(*) FILTER (WHERE kind = 'llm' AND d ->> 'status_code' = 'ERROR') AS failed_calls,
         count(*) FILTER (WHERE kind = 'llm' AND d ->> 'status_code' IS DISTINCT FROM 'ERROR' AND NOT (
