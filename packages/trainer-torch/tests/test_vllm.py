@@ -320,12 +320,12 @@ def test_live_updates_are_refused_for_full_weights(smollm2_path: Path) -> None:
 
 @pytest.mark.slow
 async def test_full_weights_are_pushed_through_reload_weights_into_a_server_the_user_runs(
-    policy: VLLMPolicy, smollm2_path: Path, tmp_path: Path
+    policy: VLLMPolicy, smollm2_path: Path
 ) -> None:
     """Attached by URL (as to a server the user runs), with lora=None: the base weights are replaced in
-    place; pushing the first weights back gives the first logprob back exactly. Last in the file: it
-    changes the shared server's base weights."""
-    full = VLLMPolicy(smollm2_path, lora=None, url=policy.upstream.name, work_dir=tmp_path)
+    place; pushing the first weights back gives the first logprob back exactly. Closing removes the
+    pushed weights from its temporary folder. Last in the file: it changes the shared server's base weights."""
+    full = VLLMPolicy(smollm2_path, lora=None, url=policy.upstream.name)
     original = {name: tensor.clone() for name, tensor in full.model.state_dict().items()}
 
     def base_logprob() -> float:
@@ -345,3 +345,7 @@ async def test_full_weights_are_pushed_through_reload_weights_into_a_server_the_
     assert changed != before
     assert base_logprob() == before
     assert full.server is None  # attached: relight runs no server of its own
+    assert [path.name for path in full.work_dir.iterdir() if path.is_dir()] == ["full-v2"]
+    full.close()
+    assert not [path for path in full.work_dir.iterdir() if path.is_dir()]
+    assert base_logprob() == before  # the user's server still serves

@@ -115,7 +115,8 @@ class VLLMPolicy:
             ``VLLM_SERVER_DEV_MODE=1``, and reading the same file system. None starts one.
         server: How relight starts its server (ignored with ``url``).
         python: The vLLM environment's interpreter (see :func:`~relight_torch.vllm.server.vllm_python`).
-        work_dir: Where pushed versions are written (a temporary folder by default).
+        work_dir: Where pushed versions are written (a temporary folder by default: :meth:`close` removes the
+            versions it holds and leaves the server's log).
         label: The adapters' name prefix (``policy-v3``).
     """
 
@@ -148,6 +149,7 @@ class VLLMPolicy:
             )
         self.python = python
         self.work_dir = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="relight-vllm-"))
+        self._own_work_dir = work_dir is None
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.model: PreTrainedModel = self._learner_model()
         pad = self.tokenizer.pad_token_id
@@ -307,8 +309,13 @@ class VLLMPolicy:
         return self.serving.root_url
 
     def close(self) -> None:
-        """Stop the server relight started; the user's own server is left running."""
+        """Stop the server relight started (the user's own server is left running) and remove the versions
+        pushed into a temporary work folder (a real model's full weights are half a gigabyte each)."""
         self.serving.close()
+        if self._own_work_dir:
+            for path in self.work_dir.iterdir() if self.work_dir.is_dir() else ():
+                if path.is_dir():
+                    shutil.rmtree(path, ignore_errors=True)
 
     # -- pushing ---------------------------------------------------------------------------------
 
