@@ -8,8 +8,9 @@ builder's role filter refuses (counted by their role spans) are ``filtered role`
 ``no policy`` or ``frozen policy``, as the role's policy decides) and the rest
 without token ids are ``no token ids``, and the rest carry the reason the trainer marked the
 attempt with when an update did not learn from it (``update skipped``, ``group without signal``).
-That split assumes each call has one role span (as every adapter records) and that untrainable
-calls belong to trained roles; where it does not hold the counts may differ by a call. Two things
+That split assumes each call has one role span (as every adapter records; a call named only by a
+``relight.role()`` block has none and counts as a call without a role) and that untrainable calls
+belong to trained roles; where it does not hold the counts may differ. Two things
 only the spans tell: a call that no update has used yet (``not in an update``: the run stopped
 first) and a group without signal inside an attempt whose other groups were learned from
 (grouping by role) count here as trained, and so does a call its role's policy did not serve
