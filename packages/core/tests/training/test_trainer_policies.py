@@ -135,8 +135,13 @@ async def test_a_fit_shows_each_policy_in_its_metrics_run_folder_dashboard_and_s
         (point,) = [p for p in catalog.curves() if p.get("policies")]
         assert point["policies"]["checker"]["policy_version"] == 0  # type: ignore[index]  # sampled before the update
         rollout = (await store.list_rollouts())[0]
+        spans = await last_attempt_spans(store, rollout.rollout_id)
     finally:
         await store.close()
+    served = {s.span_id: s.attributes.get(semconv.POLICY) for s in spans if s.kind is SpanKind.LLM}
+    trained = trained_calls(spans)
+    # Each call carries its own policy's version (1), not the run's sum of versions (2).
+    assert {served[span_id]: call.policy_version for span_id, call in trained.items()} == {"writer": 1, "checker": 1}
     assert await asyncio.to_thread(main, ["show", rollout.rollout_id, "--store", f"sqlite:///{store_path}"]) == 0
     out = capsys.readouterr().out
     assert "served by policy writer" in out

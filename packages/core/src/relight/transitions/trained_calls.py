@@ -8,8 +8,9 @@ dashboard) reads back:
 
 - an update that changed the weights (the algorithm's ``policy_version`` rose) writes, on every
   attempt it learned from, one annotation span named ``relight.trained``: the LLM span ids of the
-  calls it trained, the policy version it made and, when the algorithm reports them, the advantage
-  each was trained with (:func:`trained_calls` reads it back). A call of a group without signal
+  calls it trained, the policy version it made (with several policies, each call's own policy's
+  version too: an attempt may hold calls of two policies) and, when the algorithm reports them, the
+  advantage each was trained with (:func:`trained_calls` reads it back). A call of a group without signal
   (all rewards equal) is not among them when the algorithm skips such groups (``skips_flat_groups``,
   as GRPO does); an attempt all of whose calls were left out so is marked ``no_signal``
   (:mod:`relight.transitions.drops`);
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, cast, runtime_checkable
 
@@ -53,6 +54,7 @@ __all__ = [
 TRAINED_SPAN = "relight.trained"
 _SPAN_IDS = "relight.trained.span_ids"
 _ADVANTAGES = "relight.trained.advantages"
+_VERSIONS = "relight.trained.policy_versions"
 
 
 @runtime_checkable
@@ -69,7 +71,7 @@ class TrainedCall:
     advantage: float | None
     """None when the algorithm reported none."""
     policy_version: int | None
-    """The version the update that trained it made."""
+    """The version the update that trained it made: its policy's, where the run has several."""
 
 
 def _advantages(algorithm: object, transitions: Sequence[Transition]) -> list[float | None]:
@@ -96,12 +98,15 @@ async def record_trained(
 
     Advantages are asked for the whole batch (REINFORCE++ whitens over it); the transitions of the
     groups in ``left_out`` (``(policy, group_id)``, see :mod:`relight.transitions.signal`) are then not listed.
+    An algorithm training several policies (``policy_versions``) has each call stamped with its policy's version.
     """
-    by_attempt: dict[tuple[str, str], list[tuple[str, float | None]]] = {}
+    versions = _policy_versions(algorithm)
+    by_attempt: dict[tuple[str, str], list[tuple[str, float | None, int]]] = {}
     for transition, advantage in zip(transitions, _advantages(algorithm, transitions), strict=True):
         if transition.span_id is not None and group_key(transition) not in left_out:
             key = (transition.rollout_id, transition.attempt_id)
-            by_attempt.setdefault(key, []).append((transition.span_id, advantage))
+            own = versions.get(transition.policy, version) if transition.policy is not None else version
+            by_attempt.setdefault(key, []).append((transition.span_id, advantage, own))
     now = time.time_ns()
     spans = [
         Span(
@@ -115,8 +120,9 @@ async def record_trained(
             attributes={
                 semconv.SPAN_KIND: SpanKind.ANNOTATION.value,
                 semconv.POLICY_VERSION: version,
-                _SPAN_IDS: [span_id for span_id, _ in calls],
-                _ADVANTAGES: [advantage for _, advantage in calls],
+                _SPAN_IDS: [span_id for span_id, _, _ in calls],
+                _ADVANTAGES: [advantage for _, advantage, _ in calls],
+                **({_VERSIONS: [own for _, _, own in calls]} if versions else {}),
             },
         )
         for (rollout_id, attempt_id), calls in by_attempt.items()
@@ -127,6 +133,14 @@ async def record_trained(
         await _record_again(store, spans)
     except RelightError:
         hook_failed("recording which calls an update trained on")
+
+
+def _policy_versions(algorithm: object) -> dict[str, int]:
+    """Each policy's version, for an algorithm that trains several; empty otherwise."""
+    versions = getattr(algorithm, "policy_versions", None)
+    if not isinstance(versions, Mapping):
+        return {}
+    return {str(name): int(own) for name, own in cast(Mapping[object, int], versions).items()}
 
 
 def skipped_groups(algorithm: object, transitions: Sequence[Transition]) -> set[GroupKey]:
@@ -187,7 +201,10 @@ def trained_calls(spans: Iterable[Span]) -> dict[str, TrainedCall]:
         version = span.attributes.get(semconv.POLICY_VERSION)
         if not (isinstance(ids, list) and isinstance(advantages, list) and len(ids) == len(advantages)):
             continue
-        for span_id, advantage in zip(ids, cast(list[JsonValue], advantages), strict=True):
+        own = span.attributes.get(_VERSIONS)
+        versions = cast(list[JsonValue], own) if isinstance(own, list) and len(own) == len(ids) else [version] * len(ids)
+        for span_id, advantage, call_version in zip(ids, cast(list[JsonValue], advantages), versions, strict=True):
             number = None if isinstance(advantage, bool) or not isinstance(advantage, int | float) else float(advantage)
-            trained[str(span_id)] = TrainedCall(number, version if isinstance(version, int) else None)
+            whole = call_version if isinstance(call_version, int) and not isinstance(call_version, bool) else None
+            trained[str(span_id)] = TrainedCall(number, whole)
     return trained
