@@ -202,7 +202,9 @@ def trained_calls(spans: Iterable[Span]) -> dict[str, TrainedCall]:
         if not (isinstance(ids, list) and isinstance(advantages, list) and len(ids) == len(advantages)):
             continue
         own = span.attributes.get(_VERSIONS)
-        versions = cast(list[JsonValue], own) if isinstance(own, list) and len(own) == len(ids) else [version] * len(ids)
+        versions: list[JsonValue] = [version] * len(ids)
+        if isinstance(own, list) and len(own) == len(ids):
+            versions = cast(list[JsonValue], own)
         for span_id, advantage, call_version in zip(ids, cast(list[JsonValue], advantages), versions, strict=True):
             number = None if isinstance(advantage, bool) or not isinstance(advantage, int | float) else float(advantage)
             whole = call_version if isinstance(call_version, int) and not isinstance(call_version, bool) else None
