@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, cast, runtime_checkable
 
 from pydantic import JsonValue
 
 from relight import semconv
+from relight.algorithm import policy_versions
 from relight.errors import InvalidStateError, RelightError
 from relight.records import Span, SpanKind, Transition
 from relight.store import Store
@@ -100,7 +101,7 @@ async def record_trained(
     groups in ``left_out`` (``(policy, group_id)``, see :mod:`relight.transitions.signal`) are then not listed.
     An algorithm training several policies (``policy_versions``) has each call stamped with its policy's version.
     """
-    versions = _policy_versions(algorithm)
+    versions = policy_versions(algorithm) or {}
     by_attempt: dict[tuple[str, str], list[tuple[str, float | None, int]]] = {}
     for transition, advantage in zip(transitions, _advantages(algorithm, transitions), strict=True):
         if transition.span_id is not None and group_key(transition) not in left_out:
@@ -133,14 +134,6 @@ async def record_trained(
         await _record_again(store, spans)
     except RelightError:
         hook_failed("recording which calls an update trained on")
-
-
-def _policy_versions(algorithm: object) -> dict[str, int]:
-    """Each policy's version, for an algorithm that trains several; empty otherwise."""
-    versions = getattr(algorithm, "policy_versions", None)
-    if not isinstance(versions, Mapping):
-        return {}
-    return {str(name): int(own) for name, own in cast(Mapping[object, int], versions).items()}
 
 
 def skipped_groups(algorithm: object, transitions: Sequence[Transition]) -> set[GroupKey]:
