@@ -50,6 +50,12 @@ def algorithm(smollm2_path: Path, tmp_path_factory: pytest.TempPathFactory) -> I
     trained.close()
 
 
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The first test's run folder, shared with the second (a test's own tmp_path is removed once it passes)."""
+    return tmp_path_factory.mktemp("two_policies") / "run"
+
+
 async def _ask(client: openai.AsyncOpenAI, llm: relight.LLM, role: str, question: str) -> str:
     """One call made as ``role`` (a role span opened before it, as a framework adapter does): the gateway
     routes it to that role's policy."""
@@ -96,7 +102,9 @@ async def _version_served(algorithm: VLLMGRPO, model: str) -> tuple[int, str]:
     return answer["policy_version"], answer["model"]
 
 
-async def test_two_policies_each_train_on_their_own_roles_calls(algorithm: VLLMGRPO, tmp_path: Path) -> None:
+async def test_two_policies_each_train_on_their_own_roles_calls(
+    algorithm: VLLMGRPO, run_dir: Path, tmp_path: Path
+) -> None:
     algorithm.set_policies(POLICIES)  # what the Trainer does; done first here to see the adapters as made
     before = _adapters(algorithm)
     steps: list[tuple[list[Transition], Mapping[str, float], dict[str, list[torch.Tensor]]]] = []
@@ -108,7 +116,7 @@ async def test_two_policies_each_train_on_their_own_roles_calls(algorithm: VLLMG
     store = relight.open_store(f"sqlite:///{tmp_path / 'store.db'}")
     trainer = relight.Trainer(
         algorithm, store=store, policies=POLICIES, batch_size=1, n_samples=3, concurrency=3, dynamic_sampling=2,
-        run_dir=tmp_path / "run", console=Console(file=io.StringIO()),
+        run_dir=run_dir, console=Console(file=io.StringIO()),
     )  # fmt: skip
     try:
         history = await trainer.afit(_write_and_check, TASKS)
@@ -142,9 +150,9 @@ async def test_two_policies_each_train_on_their_own_roles_calls(algorithm: VLLMG
     assert await _version_served(algorithm, algorithm.model) == (0, algorithm.model)
 
 
-async def test_a_checkpoint_resumes_every_policy(algorithm: VLLMGRPO, tmp_path_factory: pytest.TempPathFactory) -> None:
+async def test_a_checkpoint_resumes_every_policy(algorithm: VLLMGRPO, run_dir: Path) -> None:
     """The first test's last checkpoint, loaded into a fresh algorithm attached to the same server by URL."""
-    checkpoints = sorted((tmp_path_factory.getbasetemp()).glob("test_two_policies*/run/checkpoints/step-*"))
+    checkpoints = sorted((run_dir / "checkpoints").glob("step-*"))
     assert checkpoints, "the first test's run saved checkpoints"
     policy = VLLMPolicy(algorithm.policy.folder, lora=LORA, url=algorithm.policy.upstream.name)
     resumed = VLLMGRPO(policy, lr=5e-3)
