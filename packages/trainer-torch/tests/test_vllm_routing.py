@@ -1,6 +1,8 @@
-"""How the vLLM upstream routes each policy's calls, against a scripted OpenAI server (no vLLM needed), and
-TorchEngine's GRPO refusing several policies."""
+"""How the vLLM upstream routes each policy's calls and sends calls again after a server restart, against a
+scripted OpenAI server (no vLLM needed), and TorchEngine's GRPO refusing several policies."""
 
+import asyncio
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -8,7 +10,8 @@ import pytest
 from rich.console import Console
 
 import relight
-from relight.scripted import ScriptedUpstream, ScriptRequest
+from relight.scripted import Reply, ScriptedUpstream, ScriptRequest
+from relight_testing.faults import free_port
 from relight_torch.grpo import GRPO
 from relight_torch.tiny import tiny_engine
 from relight_torch.vllm import VLLMUpstream
@@ -58,6 +61,65 @@ async def test_each_policys_calls_go_to_its_current_adapter_and_report_its_versi
     assert "policy_version" not in other
     assert retired == ["writer@v1"], "the old adapter retires once no call uses it; the base model never does"
     assert upstream.current_of("writer") == (2, "writer@v2")
+
+
+class _Restart:
+    """Stands in for :class:`~relight_torch.vllm.VLLMServer`'s watch over its process: the server died under
+    generation 0 and serves again as generation 1 once :attr:`up` is set. The first call to ask whether it
+    may go again is told so at once; the second only once the first one's new request is at the server."""
+
+    def __init__(self) -> None:
+        self.generation = 0
+        self.up = threading.Event()
+        self.first_resent = threading.Event()
+        self.asking = threading.Semaphore(0)
+        self._asked = 0
+        self._lock = threading.Lock()
+
+    def recovered_since(self, generation: int, timeout: float | None = None) -> bool:
+        if self.up.is_set() and generation == self.generation:
+            return False  # up all along: the failure was the call's own
+        with self._lock:
+            self._asked += 1
+            second = self._asked == 2
+        self.asking.release()
+        assert self.up.wait(60)
+        if second:
+            assert self.first_resent.wait(60)
+        return True
+
+
+async def test_calls_that_recover_from_one_restart_do_not_close_each_others_connections() -> None:
+    """Two calls fail as the server dies; the first goes again at once, and the second recovers while the
+    first's new request is still at the server: that request must be answered."""
+    restart = _Restart()
+    arrived = 0
+    both_resent = threading.Event()
+
+    def second_releases_first(request: ScriptRequest) -> Reply:
+        nonlocal arrived
+        arrived += 1
+        if arrived == 1:
+            restart.first_resent.set()
+            assert both_resent.wait(60), "the second call never went again"
+        else:
+            both_resent.set()
+        return Reply("ok")
+
+    port = free_port()
+    upstream = VLLMUpstream(f"http://127.0.0.1:{port}/v1", model=MODEL, server=restart)  # type: ignore[arg-type]
+    try:
+        calls = [asyncio.create_task(_ask(upstream, MODEL)) for _ in range(2)]
+        for _ in range(2):  # both failed against the dead port and ask whether they may go again
+            assert await asyncio.to_thread(restart.asking.acquire, True, 60)
+        with ScriptedUpstream(second_releases_first, port=port, script_on_thread=True):
+            restart.generation = 1
+            restart.up.set()
+            answers = await asyncio.wait_for(asyncio.gather(*calls), 120)
+    finally:
+        await upstream.aclose()
+    assert [answer["choices"][0]["message"]["content"] for answer in answers] == ["ok", "ok"]
+    assert upstream.retries == 2
 
 
 @relight.rollout

@@ -10,12 +10,14 @@ served) fails the test.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import itertools
 import json
 import statistics
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -24,6 +26,7 @@ import pytest
 from rich.console import Console
 
 import relight
+from relight import semconv
 from relight.records import Transition
 from relight_torch.vllm import vllm_python
 from relight_verl import VerlAlgorithm
@@ -269,3 +272,74 @@ def test_a_lora_actor_is_served_as_one_vllm_adapter_per_version(tiny_llama: Path
         assert {model["id"] for model in models["data"]} == {"tiny", "policy-v2"}  # v0 and v1 unloaded
     finally:
         algorithm.close()
+
+
+_CRASH: list[Any] = []
+"""The server the next episode kills between its two calls (once)."""
+
+
+@relight.rollout
+async def agent_across_a_crash(task: str, llm: relight.LLM) -> float:
+    """Two calls per episode; the server may be SIGKILLed between them (:data:`_CRASH`)."""
+    text = ""
+    async with openai.AsyncOpenAI(base_url=llm.base_url, api_key=llm.api_key, max_retries=0) as client:
+        for _ in range(2):
+            reply = await client.chat.completions.create(
+                model=llm.model, messages=[{"role": "user", "content": task}], max_tokens=12
+            )
+            text += reply.choices[0].message.content or ""
+            if _CRASH:
+                _CRASH.pop().crash()
+    return len(text) / 96
+
+
+def test_a_vllm_server_killed_mid_step_comes_back_serving_the_current_weights(
+    algorithm: VerlAlgorithm, tmp_path: Path
+) -> None:
+    """After the first update the server serves version 1's weights; killed in the second step, it is
+    restarted from them (not from the base model), the episodes in flight go on, and nothing is recorded twice."""
+    algorithm.start()
+    served = ServedPolicy(algorithm)
+    server = served.upstream.server
+    assert server is not None
+    after_restart: list[list[float]] = []
+    update = algorithm.update
+
+    async def crash_in_the_second_step(transitions: Sequence[Transition]) -> Mapping[str, float]:
+        if algorithm.policy_version == 1:  # the second step's calls are done: read what the restarted server serves
+            after_restart.append(served.probe())
+        metrics = await update(transitions)
+        if algorithm.policy_version == 1:
+            _CRASH[:] = [server]
+        return metrics
+
+    algorithm.update = crash_in_the_second_step  # type: ignore[method-assign]
+    store = f"sqlite:///{tmp_path / 'store.db'}"
+    try:
+        trainer = relight.Trainer(
+            algorithm=algorithm, store=store, batch_size=1, n_samples=4, console=Console(file=io.StringIO())
+        )
+        history = trainer.fit(agent_across_a_crash, TASKS[:2])
+    finally:
+        _CRASH.clear()
+    spans = asyncio.run(_llm_spans(store))
+
+    assert server.restarts == 1
+    assert served.upstream.retries >= 1, "the calls in flight when the server died went again"
+    assert [entry["policy_version"] for entry in history] == [1, 2]
+    for entry in history:  # two calls in each of four episodes, none lost
+        assert entry["relight/trained"] + entry["relight/dropped"] == 8
+    assert after_restart[0] == pytest.approx(served.probes[1], abs=1e-5), "restarted with version 1's weights"
+    assert after_restart[0] != pytest.approx(served.probes[0], abs=1e-5)
+    assert len(spans) == 16  # two calls in each of eight episodes, none recorded twice
+    assert len({span.attributes[semconv.GEN_AI_RESPONSE_ID] for span in spans}) == 16
+
+
+async def _llm_spans(url: str) -> list[relight.Span]:
+    store = relight.open_store(url)
+    try:
+        rollouts = await store.list_rollouts()
+        spans = [span for rollout in rollouts for span in await store.query_spans(rollout.rollout_id)]
+    finally:
+        await store.close()
+    return [span for span in spans if semconv.RESPONSE_TOKEN_IDS in span.attributes]

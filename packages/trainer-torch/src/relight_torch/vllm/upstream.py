@@ -74,6 +74,8 @@ class VLLMUpstream(OpenAIUpstream):
         self._retiring: dict[str, Callable[[str], None]] = {}
         self.retries = 0
         """Calls that went again after a server restart."""
+        self._pool_generation = 0
+        """The server generation the connection pool was last emptied for."""
 
     @property
     def current(self) -> tuple[int, str]:
@@ -151,8 +153,16 @@ class VLLMUpstream(OpenAIUpstream):
         recovered = await asyncio.to_thread(self.server.recovered_since, generation, self.restart_timeout)
         if recovered:
             self.retries += 1
-            await OpenAIUpstream.aclose(self)  # its pooled connections went to the dead process
+            await self._drop_dead_connections()
         return recovered
+
+    async def _drop_dead_connections(self) -> None:
+        """Empty the connection pool once per restart (its connections went to the dead process): the calls
+        that recover after the first must not close the pool it already sends through again."""
+        generation = self._generation()
+        if self._pool_generation < generation:
+            self._pool_generation = generation
+            await OpenAIUpstream.aclose(self)
 
     def _generation(self) -> int:
         return self.server.generation if self.server is not None else 0
