@@ -4,6 +4,7 @@ A call spanning an update is tested through the gateway in ``tests/test_async_to
 """
 
 import asyncio
+import copy
 import math
 import threading
 from typing import Any
@@ -15,7 +16,8 @@ from relight.records import Transition
 from relight_torch.engine import TorchEngine
 from relight_torch.grpo import GRPO
 from relight_torch.learner import Learner, Sample
-from relight_torch.offpolicy import correct_stale_samples
+from relight_torch.objectives import PolicyGradientLoss
+from relight_torch.offpolicy import correct_stale_samples, update_weight_metrics, weigh_in_the_update
 from relight_torch.testing import QUESTION, answers
 
 
@@ -106,3 +108,37 @@ def test_an_engine_with_other_numerics_gets_every_sample_corrected_and_its_misma
     assert math.isclose(metrics["logprob_delta_abs_max"], 0.05, rel_tol=1e-3)
     assert metrics["is_ratio_max"] < 1
     assert metrics["is_ratio_std"] < 1e-3
+
+
+def test_an_update_of_one_step_weighs_samples_in_its_own_forward_pass_as_a_separate_pass_would(
+    engine: TorchEngine,
+) -> None:
+    """The proximal policy of a one-step update is the one it starts from: taking the anchor and the
+    truncated weights from the step's forward pass gives the step and the metrics a pass of their own gives."""
+    fresh, stale = answers(engine, ["84", "19"], [1.0, 0.0])
+    transitions = [
+        fresh.model_copy(update={"response_logprobs": [lp + 0.05 for lp in fresh.response_logprobs or []]}),
+        _stale(stale, [lp - (2.0 if i == 0 else -0.1) for i, lp in enumerate(stale.response_logprobs or [])]),
+    ]
+    samples = [
+        Sample(t.prompt_token_ids, t.response_token_ids, advantage, t.response_logprobs)
+        for t, advantage in zip(transitions, [1.0, -1.0], strict=True)
+    ]
+    separate = Learner(copy.deepcopy(engine.model), pad_id=engine.pad_id, lr=1e-2)
+    corrected, expected = correct_stale_samples(samples, transitions, separate, version=0, cap=1.5, every_sample=True)
+    step = separate.update(corrected, PolicyGradientLoss())
+    folded = Learner(copy.deepcopy(engine.model), pad_id=engine.pad_id, lr=1e-2)
+    weighed, metrics = weigh_in_the_update(samples, transitions, version=0, every_sample=True)
+    assert all(s.old_logprobs is None and s.behaviour_logprobs is not None for s in weighed)
+    update = folded.update(weighed, PolicyGradientLoss(tis_cap=1.5))
+    metrics |= update_weight_metrics(update, every_sample=True)
+    assert not {"tis_tokens", "is_ratio_sq"} & update.keys(), "the loss's sums are taken out of the update's metrics"
+    assert math.isclose(update["loss"], step["loss"], rel_tol=1e-5), "the same weighted loss"
+    assert metrics.keys() == expected.keys()
+    for name, value in expected.items():
+        assert math.isclose(metrics[name], value, rel_tol=1e-4, abs_tol=1e-6), name
+    assert metrics["tis_clipped_fraction"] > 0
+    moved = [not torch.equal(a, b) for a, b in zip(engine.model.parameters(), folded.model.parameters(), strict=True)]
+    assert any(moved)
+    for a, b in zip(separate.model.parameters(), folded.model.parameters(), strict=True):
+        assert torch.allclose(a, b, atol=1e-6), "the same step"

@@ -31,7 +31,7 @@ def anchor_missing_logprobs(
     With a single optimizer step the current policy *is* the anchor, and the forward pass is saved.
     Metrics: ``samples_without_logprobs``, how many samples had none recorded.
     """
-    missing = [i for i, sample in enumerate(samples) if sample.old_logprobs is None]
+    missing = [i for i, s in enumerate(samples) if s.old_logprobs is None and s.behaviour_logprobs is None]
     metrics = {"samples_without_logprobs": float(len(missing))}
     if not missing or steps <= 1:
         return list(samples), metrics

@@ -31,7 +31,7 @@ from relight_torch.engine import TorchEngine
 from relight_torch.learner import Learner, Sample
 from relight_torch.learner_process import LearnerProcess
 from relight_torch.objectives import PolicyGradientLoss
-from relight_torch.offpolicy import correct_stale_samples
+from relight_torch.offpolicy import correct_stale_samples, update_weight_metrics, weigh_in_the_update
 
 __all__ = ["GRPO", "Estimator", "UpdateCallback", "with_signal_samples"]
 
@@ -107,7 +107,7 @@ class GRPO(PolicyAlgorithm):
         self.epochs = epochs
         self.callbacks = list(callbacks)
         reference = copy.deepcopy(engine.model).requires_grad_(False) if kl_coef > 0 else None
-        self.loss = PolicyGradientLoss(clip=clip, reference=reference, kl_coef=kl_coef)
+        self.loss = PolicyGradientLoss(clip=clip, reference=reference, kl_coef=kl_coef, tis_cap=tis_cap)
 
     async def update(self, transitions: Sequence[Transition]) -> Mapping[str, float]:
         """One update on a batch; runs on a worker thread so the event loop (gateway, store) stays live."""
@@ -144,7 +144,12 @@ class GRPO(PolicyAlgorithm):
         if not samples:  # every group's rewards are equal: nothing to learn, the weights stay as they are
             return {**counts, "update_skipped": 1.0}
         correction: dict[str, float] = {}
-        if self.tis_cap is not None:
+        one_step = self.epochs * self.mini_batches == 1
+        if self.tis_cap is not None and one_step:  # the step's own forward pass weighs the samples
+            samples, correction = weigh_in_the_update(
+                samples, kept, version=version, every_sample=self.engine_numerics_differ
+            )
+        elif self.tis_cap is not None:
             samples, correction = correct_stale_samples(
                 samples,
                 kept,
@@ -167,6 +172,8 @@ class GRPO(PolicyAlgorithm):
                         normalizer = per_token * sum(len(s.response_ids) for s in chosen)
                         steps.append(learner.update(chosen, self.loss, normalizer=normalizer))
         metrics = {name: statistics.fmean(step[name] for step in steps) for name in steps[0]}
+        if self.tis_cap is not None and one_step:
+            correction |= update_weight_metrics(metrics, every_sample=self.engine_numerics_differ)
         metrics |= counts | {
             "first_ratio": steps[0]["ratio"],
             "advantage_abs_mean": statistics.fmean(abs(s.advantage) for s in all_samples),

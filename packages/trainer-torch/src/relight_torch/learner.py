@@ -34,10 +34,18 @@ class Sample:
     """Per-token logprobs of the policy that sampled the response; ``None`` means the current policy's."""
     weights: Sequence[float] | None = None
     """Per-token weights of the policy-gradient term (truncated importance weights of a stale sample); None is 1."""
+    behaviour_logprobs: Sequence[float] | None = None
+    """Per-token logprobs of the engine that sampled the response, when the loss is to weigh each token by
+    its importance weight against the policy's logprobs in the update's own forward pass (an update of one
+    optimizer step, whose PPO anchor is the current policy: see :mod:`relight_torch.offpolicy`)."""
 
 
 TokenLoss = Callable[[torch.Tensor, PackedBatch, Sequence[Sample]], tuple[torch.Tensor, dict[str, float]]]
-"""``(logprobs, batch, samples) -> (summed loss, summed statistics)`` over a micro-batch's response tokens."""
+"""``(logprobs, batch, samples) -> (summed loss, statistics)`` over a micro-batch's response tokens.
+
+A statistic is a sum over the micro-batch's tokens (the learner reports its mean over the update's
+tokens), unless its name ends in ``_max`` or ``_min``: the learner then reports the largest or smallest
+value any micro-batch gave."""
 
 
 class Learner:
@@ -120,11 +128,11 @@ class Learner:
                 (loss / scale).backward()
                 totals["loss"] += loss.item()
                 for name, value in stats.items():
-                    totals[name] = totals.get(name, 0.0) + value
+                    totals[name] = _combined(name, totals.get(name), value)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.parameters, self.max_grad_norm)
         step_dropping_gradients(self.optimizer)
         self.step += 1
-        means = {name: value / tokens for name, value in totals.items()}
+        means = {name: value if _extreme(name) else value / tokens for name, value in totals.items()}
         return {**means, "loss": totals["loss"] / scale, "grad_norm": float(grad_norm)}
 
     def pack(self, samples: Sequence[Sample], *, share: bool = True) -> PackedBatch:
@@ -178,3 +186,19 @@ class Learner:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.step = int(state["step"])
+
+
+def _extreme(name: str) -> bool:
+    """Whether a loss statistic is a largest or smallest value rather than a sum (see :data:`TokenLoss`)."""
+    return name.endswith(("_max", "_min"))
+
+
+def _combined(name: str, total: float | None, value: float) -> float:
+    """A statistic over the micro-batches so far, ``total``, with one more micro-batch's ``value``."""
+    if total is None:
+        return value
+    if name.endswith("_max"):
+        return max(total, value)
+    if name.endswith("_min"):
+        return min(total, value)
+    return total + value

@@ -6,6 +6,7 @@ whole batch's token count and get the same token-mean loss however the batch was
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -32,14 +33,29 @@ class PolicyGradientLoss:
         reference: A frozen copy of the starting policy; with ``kl_coef > 0`` the loss adds
             ``kl_coef`` times the k3 estimate of KL(policy ‖ reference) per token.
         kl_coef: The KL penalty's weight.
+        tis_cap: The truncation of the importance weights of samples with ``behaviour_logprobs``, each
+            token's weight ``min(π_θ / π_behaviour, tis_cap)`` taken from this forward pass's logprobs
+            (see :mod:`relight_torch.offpolicy`); their statistics are sums over those tokens
+            (``tis_tokens``, ``tis_clipped``, ``tis_weight``, ``logprob_delta_abs``, ``is_ratio``,
+            ``is_ratio_sq``) and extremes (``logprob_delta_abs_max``, ``is_ratio_min``, ``is_ratio_max``).
     """
 
-    def __init__(self, *, clip: float = 0.2, reference: PreTrainedModel | None = None, kl_coef: float = 0.0) -> None:
+    def __init__(
+        self,
+        *,
+        clip: float = 0.2,
+        reference: PreTrainedModel | None = None,
+        kl_coef: float = 0.0,
+        tis_cap: float | None = None,
+    ) -> None:
         if kl_coef > 0 and reference is None:
             raise ValueError("kl_coef > 0 needs a reference model to measure the KL against")
+        if tis_cap is not None and tis_cap <= 0:
+            raise ValueError(f"the importance-weight cap must be positive, got {tis_cap}")
         self.clip = clip
         self.reference = reference
         self.kl_coef = kl_coef
+        self.tis_cap = tis_cap
 
     def __call__(
         self, logprobs: torch.Tensor, batch: PackedBatch, samples: Sequence[Sample]
@@ -50,10 +66,12 @@ class PolicyGradientLoss:
         advantages = advantages.unsqueeze(1)
         ratio = torch.exp(logprobs - old)
         clipped = ratio.clamp(1 - self.clip, 1 + self.clip)
-        per_token = -torch.minimum(ratio * advantages, clipped * advantages) * _weights(samples, logprobs)
+        weights, weighed = self._importance_weights(samples, logprobs, mask)
+        per_token = -torch.minimum(ratio * advantages, clipped * advantages) * weights
         stats = {
             "clip_fraction": float(((ratio - clipped).abs() > 0).to(mask.dtype).mul(mask).sum()),
             "ratio": float((ratio.detach() * mask).sum()),
+            **weighed,
         }
         if self.kl_coef > 0 and self.reference is not None:
             with torch.no_grad():
@@ -63,6 +81,46 @@ class PolicyGradientLoss:
             per_token = per_token + self.kl_coef * kl
             stats["kl"] = float((kl.detach() * mask).sum())
         return (per_token * mask).sum(), stats
+
+    def _importance_weights(
+        self, samples: Sequence[Sample], logprobs: torch.Tensor, mask: torch.Tensor
+    ) -> tuple[torch.Tensor | float, dict[str, float]]:
+        """Each token's weight (the samples' own, or truncated importance weights against their
+        ``behaviour_logprobs``), and the importance weights' statistics."""
+        weights = _weights(samples, logprobs)
+        if not any(sample.behaviour_logprobs is not None for sample in samples):
+            return weights, {}
+        if self.tis_cap is None:
+            raise ValueError("samples with behaviour_logprobs need a PolicyGradientLoss with a tis_cap")
+        behaviour = torch.zeros_like(logprobs, dtype=torch.float64)
+        weighed = torch.zeros_like(mask, dtype=torch.bool)
+        for row, sample in enumerate(samples):
+            if sample.behaviour_logprobs is not None:
+                length = len(sample.behaviour_logprobs)
+                behaviour[row, :length] = torch.tensor(sample.behaviour_logprobs, dtype=torch.float64)
+                weighed[row, :length] = True
+        weighed &= mask.bool()
+        limit = math.log(self.tis_cap)
+        log_weights = (logprobs.detach().double() - behaviour)[weighed]
+        truncated = log_weights.clamp(max=limit).exp()
+        weighted = weights.clone() if isinstance(weights, torch.Tensor) else torch.ones_like(logprobs)
+        weighted[weighed] = truncated.to(weighted.dtype)
+        ratios = log_weights.exp()
+        stats = {
+            "tis_tokens": float(weighed.sum()),
+            "tis_clipped": float((log_weights > limit).sum()),
+            "tis_weight": float(truncated.sum()),
+            "logprob_delta_abs": float(log_weights.abs().sum()),
+            "is_ratio": float(ratios.sum()),
+            "is_ratio_sq": float(ratios.square().sum()),
+        }
+        if log_weights.numel():
+            stats |= {
+                "logprob_delta_abs_max": float(log_weights.abs().max()),
+                "is_ratio_min": float(ratios.min()),
+                "is_ratio_max": float(ratios.max()),
+            }
+        return weighted, stats
 
 
 def _weights(samples: Sequence[Sample], logprobs: torch.Tensor) -> torch.Tensor | float:
