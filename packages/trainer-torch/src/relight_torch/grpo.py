@@ -144,8 +144,8 @@ class GRPO(PolicyAlgorithm):
         if not samples:  # every group's rewards are equal: nothing to learn, the weights stay as they are
             return {**counts, "update_skipped": 1.0}
         correction: dict[str, float] = {}
-        one_step = self.epochs * self.mini_batches == 1
-        if self.tis_cap is not None and one_step:  # the step's own forward pass weighs the samples
+        weighed_in_step = self.tis_cap is not None and self.epochs * self.mini_batches == 1
+        if weighed_in_step:  # one optimizer step: its own forward pass weighs the samples
             samples, correction = weigh_in_the_update(
                 samples, kept, version=version, every_sample=self.engine_numerics_differ
             )
@@ -172,7 +172,7 @@ class GRPO(PolicyAlgorithm):
                         normalizer = per_token * sum(len(s.response_ids) for s in chosen)
                         steps.append(learner.update(chosen, self.loss, normalizer=normalizer))
         metrics = {name: statistics.fmean(step[name] for step in steps) for name in steps[0]}
-        if self.tis_cap is not None and one_step:
+        if weighed_in_step:
             correction |= update_weight_metrics(metrics, every_sample=self.engine_numerics_differ)
         metrics |= counts | {
             "first_ratio": steps[0]["ratio"],

@@ -15,7 +15,7 @@ from transformers import PreTrainedModel
 from relight_torch.learner import Sample
 from relight_torch.packing import PackedBatch, response_logprobs
 
-__all__ = ["PolicyGradientLoss", "negative_log_likelihood"]
+__all__ = ["PolicyGradientLoss", "importance_weights", "negative_log_likelihood"]
 
 
 def negative_log_likelihood(
@@ -100,27 +100,35 @@ class PolicyGradientLoss:
                 behaviour[row, :length] = torch.tensor(sample.behaviour_logprobs, dtype=torch.float64)
                 weighed[row, :length] = True
         weighed &= mask.bool()
-        limit = math.log(self.tis_cap)
-        log_weights = (logprobs.detach().double() - behaviour)[weighed]
-        truncated = log_weights.clamp(max=limit).exp()
+        truncated, stats = importance_weights((logprobs.detach().double() - behaviour)[weighed], self.tis_cap)
         weighted = weights.clone() if isinstance(weights, torch.Tensor) else torch.ones_like(logprobs)
         weighted[weighed] = truncated.to(weighted.dtype)
-        ratios = log_weights.exp()
-        stats = {
-            "tis_tokens": float(weighed.sum()),
-            "tis_clipped": float((log_weights > limit).sum()),
-            "tis_weight": float(truncated.sum()),
-            "logprob_delta_abs": float(log_weights.abs().sum()),
-            "is_ratio": float(ratios.sum()),
-            "is_ratio_sq": float(ratios.square().sum()),
-        }
-        if log_weights.numel():
-            stats |= {
-                "logprob_delta_abs_max": float(log_weights.abs().max()),
-                "is_ratio_min": float(ratios.min()),
-                "is_ratio_max": float(ratios.max()),
-            }
         return weighted, stats
+
+
+def importance_weights(log_weights: torch.Tensor, cap: float) -> tuple[torch.Tensor, dict[str, float]]:
+    """The truncated importance weights ``min(π / π_behaviour, cap)`` of per-token log weights, and their
+    statistics: sums over the tokens (``tis_tokens``, ``tis_clipped``, ``tis_weight``, ``logprob_delta_abs``,
+    ``is_ratio``, ``is_ratio_sq``) and, with any token, extremes (``logprob_delta_abs_max``,
+    ``is_ratio_min``, ``is_ratio_max``); :func:`relight_torch.offpolicy.update_weight_metrics` names them."""
+    over = log_weights > math.log(cap)
+    ratios = log_weights.exp()
+    truncated = torch.where(over, torch.full_like(ratios, cap), ratios)
+    stats = {
+        "tis_tokens": float(log_weights.numel()),
+        "tis_clipped": float(over.sum()),
+        "tis_weight": float(truncated.sum()),
+        "logprob_delta_abs": float(log_weights.abs().sum()),
+        "is_ratio": float(ratios.sum()),
+        "is_ratio_sq": float(ratios.square().sum()),
+    }
+    if log_weights.numel():
+        stats |= {
+            "logprob_delta_abs_max": float(log_weights.abs().max()),
+            "is_ratio_min": float(ratios.min()),
+            "is_ratio_max": float(ratios.max()),
+        }
+    return truncated, stats
 
 
 def _weights(samples: Sequence[Sample], logprobs: torch.Tensor) -> torch.Tensor | float:

@@ -28,9 +28,12 @@ import dataclasses
 import math
 from collections.abc import Sequence
 
+import torch
+
 from relight.records import Transition
 from relight_torch.learner import Learner, Sample
 from relight_torch.learner_process import LearnerProcess
+from relight_torch.objectives import importance_weights
 
 __all__ = ["correct_stale_samples", "update_weight_metrics", "weigh_in_the_update"]
 
@@ -59,32 +62,20 @@ def correct_stale_samples(
     if not stale:
         return list(samples), metrics
     corrected = list(samples)
-    limit = math.log(cap)
-    clipped = tokens = 0
-    total = 0.0
-    every_log_weight: list[float] = []
-    for index, current in zip(stale, learner.logprobs([samples[i] for i in stale]), strict=True):
-        behaviour = samples[index].old_logprobs
-        assert behaviour is not None
-        log_weights = [now - then for now, then in zip(current, behaviour, strict=True)]
-        every_log_weight.extend(log_weights)
-        weights = [cap if w > limit else math.exp(w) for w in log_weights]
-        clipped += sum(w > limit for w in log_weights)
-        tokens += len(weights)
-        total += sum(weights)
-        corrected[index] = dataclasses.replace(samples[index], old_logprobs=current, weights=weights)
-    metrics["tis_clipped_fraction"] = clipped / tokens if tokens else 0.0
-    metrics["tis_weight_mean"] = total / tokens if tokens else 1.0
-    if every_sample and every_log_weight:
-        ratios = [math.exp(w) for w in every_log_weight]
-        mean = sum(ratios) / len(ratios)
-        metrics |= {
-            "logprob_delta_abs_mean": sum(abs(w) for w in every_log_weight) / len(every_log_weight),
-            "logprob_delta_abs_max": max(abs(w) for w in every_log_weight),
-            "is_ratio_min": min(ratios),
-            "is_ratio_max": max(ratios),
-            "is_ratio_std": math.sqrt(sum((r - mean) ** 2 for r in ratios) / len(ratios)),
-        }
+    currents = learner.logprobs([samples[i] for i in stale])
+    log_weights = [
+        now - then
+        for index, current in zip(stale, currents, strict=True)
+        for now, then in zip(current, samples[index].old_logprobs or (), strict=True)
+    ]
+    truncated, stats = importance_weights(torch.tensor(log_weights, dtype=torch.float64), cap)
+    weights: list[float] = truncated.tolist()
+    start = 0
+    for index, current in zip(stale, currents, strict=True):
+        end = start + len(current)
+        corrected[index] = dataclasses.replace(samples[index], old_logprobs=current, weights=weights[start:end])
+        start = end
+    metrics |= update_weight_metrics(stats, every_sample=every_sample)
     return corrected, metrics
 
 
@@ -107,9 +98,10 @@ def weigh_in_the_update(
 
 
 def update_weight_metrics(update: dict[str, float], *, every_sample: bool = False) -> dict[str, float]:
-    """Takes the importance weights' statistics out of an update's metrics (see
-    :class:`~relight_torch.objectives.PolicyGradientLoss`) and returns them as :func:`correct_stale_samples`
-    names them; sums over the update's tokens become means over the weighed ones."""
+    """Takes the importance weights' statistics (:func:`~relight_torch.objectives.importance_weights`) out of
+    ``update`` (an update's metrics, or the statistics themselves) and returns them as the correction's
+    metrics; sums become means over the weighed tokens (token means of them too: the ratio of two is the
+    ratio of the sums)."""
     sums = {name: update.pop(name, 0.0) for name in _WEIGHT_SUMS}
     extremes = {
         name: update.pop(name) for name in ("logprob_delta_abs_max", "is_ratio_min", "is_ratio_max") if name in update
@@ -128,8 +120,6 @@ def update_weight_metrics(update: dict[str, float], *, every_sample: bool = Fals
 
 
 _WEIGHT_SUMS = ("tis_tokens", "tis_clipped", "tis_weight", "logprob_delta_abs", "is_ratio", "is_ratio_sq")
-"""The loss's sums of the importance weights' statistics (token means once the learner reports them: the
-ratio of two is the ratio of the sums)."""
 
 
 def _stale(
