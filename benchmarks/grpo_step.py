@@ -8,8 +8,11 @@ not what is measured here). Reported per engine, from the run's metrics.jsonl:
 - ``step_s``: mean wall time of a step after the first (the first one warms caches); ``rollouts_s`` and
   ``update_s`` its two parts. ``update_s`` includes making the new weights the served ones: the weight
   push into vLLM, or the swap inside TorchEngine.
-- ``peak_gb``: the peak resident memory of the training process and every process under it (the vLLM
-  server's too), summed, sampled every 0.2 s.
+- ``peak_gb``: the peak memory of the training process and every process under it (the vLLM server's too),
+  sampled every 0.2 s, as the sum of their proportional set sizes (PSS: a page shared by several processes,
+  such as the torch libraries each of them maps, is divided among them, so it counts once in the sum).
+  ``peak_rss_sum_gb``: the peak of their summed resident sizes, which counts each shared page once per
+  process that maps it (an upper bound).
 
     python benchmarks/grpo_step.py                           # TorchEngine against vLLM, a table
     python benchmarks/grpo_step.py --engines vllm --json     # one JSON object per line
@@ -60,12 +63,13 @@ def child(engine: str, steps: int, eval_tasks: int, out: Path) -> None:
 
 
 class TreePeak:
-    """The peak of the summed resident memory of a process and all its descendants, sampled in a thread."""
+    """The peak memory of a process and all its descendants, sampled in a thread: summed PSS and summed RSS."""
 
     def __init__(self, pid: int, every: float = 0.2) -> None:
         self.root = psutil.Process(pid)
         self.every = every
-        self.peak = 0
+        self.peak_pss = 0
+        self.peak_rss = 0
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
         self._thread.start()
@@ -76,18 +80,22 @@ class TreePeak:
                 processes = [self.root, *self.root.children(recursive=True)]
             except psutil.NoSuchProcess:
                 return
-            total = 0
+            pss = rss = 0
             for process in processes:
                 try:
-                    total += process.memory_info().rss
+                    memory = process.memory_full_info()
                 except psutil.NoSuchProcess:
                     continue
-            self.peak = max(self.peak, total)
+                pss += memory.pss
+                rss += memory.rss
+            self.peak_pss = max(self.peak_pss, pss)
+            self.peak_rss = max(self.peak_rss, rss)
 
-    def stop(self) -> float:
+    def stop(self) -> tuple[float, float]:
+        """The peaks in GiB: summed PSS, summed RSS."""
         self._done.set()
         self._thread.join()
-        return self.peak / 2**30
+        return self.peak_pss / 2**30, self.peak_rss / 2**30
 
 
 def measure(engine: str, steps: int, eval_tasks: int, out: Path, console: Console) -> dict[str, Any]:
@@ -100,7 +108,7 @@ def measure(engine: str, steps: int, eval_tasks: int, out: Path, console: Consol
         process = subprocess.Popen([*command, "--out", str(folder)], stdout=log, stderr=subprocess.STDOUT)
         peak = TreePeak(process.pid)
         code = process.wait()
-        peak_gb = peak.stop()
+        peak_gb, peak_rss_sum_gb = peak.stop()
     if code != 0:
         raise SystemExit(f"the {engine} run failed (exit {code}); see {folder / 'train.log'}")
     rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
@@ -115,6 +123,7 @@ def measure(engine: str, steps: int, eval_tasks: int, out: Path, console: Consol
         "rollouts_s": round(rollouts, 1),
         "update_s": round(update, 1),
         "peak_gb": round(peak_gb, 2),
+        "peak_rss_sum_gb": round(peak_rss_sum_gb, 2),
         "wall_s": round(time.perf_counter() - began, 1),
     }
     console.print(f"  {engine}: step {result['step_s']} s, peak {result['peak_gb']} GB")
@@ -140,7 +149,7 @@ def main() -> None:
             print(json.dumps(result))
         return
     table = Table(title="grpo_step: one GRPO step of the calc recipe, SmolLM2-135M")
-    columns = ("engine", "step_s", "rollouts_s", "update_s", "peak_gb", "steps_timed", "wall_s")
+    columns = ("engine", "step_s", "rollouts_s", "update_s", "peak_gb", "peak_rss_sum_gb", "steps_timed", "wall_s")
     for column in columns:
         table.add_column(column)
     for result in results:
