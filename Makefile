@@ -82,7 +82,8 @@ test: lint docs clis
 # The documentation site into site/, strict: a broken link, reference or docstring fails the build; then
 # every public name of every distribution must have its entry in the API reference.
 docs: $(STAMP)
-	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+	# Not --quiet: it hides warnings, and then --strict has none to fail on.
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 	$(PY) .ci/check_api_reference.py site
 
 # An sdist and a wheel of every distribution, checked with twine, each wheel installed in a fresh virtualenv
