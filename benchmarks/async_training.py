@@ -64,14 +64,14 @@ from rich.table import Table
 
 import relight
 from relight._internal import loop as _loop
+from relight_torch.algorithms.grpo import GRPO, UpdateCallback
 from relight_torch.demo.agent import calculator_agent
 from relight_torch.demo.calculator import Problem, problems
 from relight_torch.demo.run import Recipe, warm_start
-from relight_torch.engine import TorchEngine
-from relight_torch.grpo import GRPO, UpdateCallback
-from relight_torch.learner_process import LearnerProcess
+from relight_torch.engine.torch_engine import TorchEngine
+from relight_torch.learner.process import LearnerProcess
 from relight_torch.models import smollm2
-from relight_torch.tiny import tiny_engine
+from relight_torch.models.tiny import tiny_engine
 from relight_torch.vllm import VLLMGRPO, VLLMPolicy
 
 TOOL_SECONDS = 0.2

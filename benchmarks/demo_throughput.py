@@ -33,7 +33,7 @@ import relight
 from relight_torch.demo.agent import calculator_agent
 from relight_torch.demo.calculator import problems
 from relight_torch.demo.run import Recipe, warm_start
-from relight_torch.tiny import tiny_engine
+from relight_torch.models.tiny import tiny_engine
 
 
 async def measure(recipe: Recipe, store_path: Path) -> dict[str, Any]:

@@ -39,7 +39,7 @@ from rich.console import Console
 from rich.table import Table
 
 from relight.engine import GenerationRequest, SamplingParams
-from relight_torch.engine import TorchEngine
+from relight_torch.engine.torch_engine import TorchEngine
 from relight_torch.models import smollm2
 
 CALC = Path(__file__).resolve().parent.parent / "examples" / "calc_agent"

@@ -49,7 +49,7 @@ def child(engine: str, steps: int, eval_tasks: int, out: Path) -> None:
     from calc_scripted import scripted_model  # type: ignore[import-not-found]
     from calc_train import RECIPE  # type: ignore[import-not-found]
 
-    from relight_torch.recipe import load_engine, train_agent
+    from relight_torch.recipes.warm_start_grpo import load_engine, train_agent
 
     recipe = replace(RECIPE, iterations=steps, eval_tasks=eval_tasks)
     model = load_engine(seed=recipe.seed)

@@ -70,10 +70,10 @@ def measure(logprobs: str, recompute: str, token_budget: int, optimizer: str) ->
     import torch
 
     from relight.records import Transition
-    from relight_torch.engine import TorchEngine
-    from relight_torch.grpo import GRPO
+    from relight_torch.algorithms.grpo import GRPO
+    from relight_torch.engine.torch_engine import TorchEngine
+    from relight_torch.learner.packing import LOGPROB_CHUNK
     from relight_torch.models import smollm2
-    from relight_torch.packing import LOGPROB_CHUNK
 
     runtime = _resident_gb("VmRSS")
     torch.manual_seed(0)

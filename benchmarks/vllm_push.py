@@ -30,7 +30,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from relight_torch.learner import Learner, Sample
+from relight_torch.learner.learner import Learner, Sample
 from relight_torch.models import smollm2
 from relight_torch.vllm import LoraOptions, VLLMPolicy
 

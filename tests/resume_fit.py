@@ -29,9 +29,9 @@ import httpx
 
 import relight
 from relight.records import Transition
-from relight_torch.engine import TorchEngine
-from relight_torch.grpo import GRPO
-from relight_torch.tiny import tiny_model, tiny_tokenizer
+from relight_torch.algorithms.grpo import GRPO
+from relight_torch.engine.torch_engine import TorchEngine
+from relight_torch.models.tiny import tiny_model, tiny_tokenizer
 
 TASKS = [{"text": f"count to {n}"} for n in range(6)]
 

@@ -14,7 +14,7 @@ import torch
 from verl.trainer.config import AlgoConfig
 
 from relight.records import Transition
-from relight_torch.advantages import grpo_advantages, reinforce_pp_advantages
+from relight_torch.algorithms.advantages import grpo_advantages, reinforce_pp_advantages
 from relight_verl.advantages import compute_advantages
 from relight_verl.batch import build_batch
 

@@ -21,9 +21,9 @@ from relight.stores.memory import InMemoryStore
 from relight.transitions.builder import TransitionBuilder
 
 relight_torch = pytest.importorskip("relight_torch")
-from relight_torch.engine import TorchEngine  # noqa: E402
-from relight_torch.packing import pack, response_logprobs  # noqa: E402
-from relight_torch.tiny import tiny_engine  # noqa: E402
+from relight_torch.engine.torch_engine import TorchEngine  # noqa: E402
+from relight_torch.learner.packing import pack, response_logprobs  # noqa: E402
+from relight_torch.models.tiny import tiny_engine  # noqa: E402
 
 MESSAGES: Any = [{"role": "user", "content": "What is 12 * 7?"}]
 SWAP_AFTER = 2

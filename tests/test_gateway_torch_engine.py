@@ -12,8 +12,8 @@ from relight.records import RolloutRequest
 from relight.stores.memory import InMemoryStore
 
 relight_torch = pytest.importorskip("relight_torch")
-from relight_torch.engine import TorchEngine  # noqa: E402
-from relight_torch.tiny import tiny_engine, tiny_model, tiny_tokenizer  # noqa: E402
+from relight_torch.engine.torch_engine import TorchEngine  # noqa: E402
+from relight_torch.models.tiny import tiny_engine, tiny_model, tiny_tokenizer  # noqa: E402
 
 MESSAGES: Any = [{"role": "user", "content": "Add 2 and 3."}]
 

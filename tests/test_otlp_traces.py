@@ -41,9 +41,9 @@ from relight.records import Span, SpanKind, Transition
 from relight.store import Store
 from relight.transitions.builder import read_jsonl
 from relight.transitions.verdicts import Note, Reason
-from relight_torch.grpo import GRPO
-from relight_torch.sft import SFT, conversation_samples, read_conversations, transition_samples
-from relight_torch.tiny import tiny_engine, tiny_tokenizer
+from relight_torch.algorithms.grpo import GRPO
+from relight_torch.algorithms.sft import SFT, conversation_samples, read_conversations, transition_samples
+from relight_torch.models.tiny import tiny_engine, tiny_tokenizer
 
 SYSTEM = "You answer questions about the weather."
 QUESTION = "What is the weather in Paris?"

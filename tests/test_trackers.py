@@ -13,10 +13,10 @@ from rich.console import Console
 
 import relight
 from relight.tracking import ExperimentLogger, MlflowLogger, RunInfo, WandbLogger, resolve_loggers
+from relight_torch.algorithms.grpo import GRPO
 from relight_torch.demo.agent import calculator_agent
 from relight_torch.demo.calculator import problems
-from relight_torch.grpo import GRPO
-from relight_torch.tiny import tiny_engine
+from relight_torch.models.tiny import tiny_engine
 
 wandb = pytest.importorskip("wandb")
 pytest.importorskip("mlflow")

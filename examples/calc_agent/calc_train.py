@@ -16,7 +16,7 @@ from calc_agent import solve
 from calc_data import load
 from calc_scripted import scripted_model
 
-from relight_torch.recipe import Recipe, main
+from relight_torch.recipes.warm_start_grpo import Recipe, main
 
 RECIPE = Recipe(
     demonstrations=96,

@@ -25,8 +25,7 @@ import coding_agent
 import coding_tasks
 
 import relight
-from relight_torch import GRPO, TorchEngine
-from relight_torch.tiny import tiny_model, tiny_tokenizer
+from relight_torch import GRPO, TorchEngine, tiny_model, tiny_tokenizer
 
 CONTEXT = 65_536
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from crew_scripted import scripted_model
 from math_crew import POLICIES, TRAINED_ROLE, load, solve
 
-from relight_torch.recipe import Recipe, main
+from relight_torch.recipes.warm_start_grpo import Recipe, main
 
 RECIPE = Recipe(
     sft_steps=24,

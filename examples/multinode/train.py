@@ -25,11 +25,9 @@ import ray
 import relight
 from relight.runners.ray_actors import RayRunners
 from relight.store import Store
+from relight_torch import GRPO, TorchEngine, tiny_model, tiny_tokenizer
 from relight_torch.demo.agent import calculator_agent
 from relight_torch.demo.calculator import problems
-from relight_torch.engine import TorchEngine
-from relight_torch.grpo import GRPO
-from relight_torch.tiny import tiny_model, tiny_tokenizer
 
 
 async def summary(store: Store, history: list[dict[str, float]]) -> dict[str, Any]:

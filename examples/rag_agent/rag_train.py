@@ -15,7 +15,7 @@ from rag_agent import research
 from rag_data import load
 from rag_scripted import scripted_model
 
-from relight_torch.recipe import Recipe, main
+from relight_torch.recipes.warm_start_grpo import Recipe, main
 
 RECIPE = Recipe(
     demonstrations=64,

@@ -24,7 +24,7 @@ from sql_agent import CHECKER_REWARD, POLICIES, TRAINED_ROLES, answer
 from sql_data import load
 from sql_scripted import script
 
-from relight_torch.recipe import Recipe, main
+from relight_torch.recipes.warm_start_grpo import Recipe, main
 
 ONE_REWRITE = {"max_turns": 1}
 DEV = [{**task, **ONE_REWRITE} for task in load("dev")]

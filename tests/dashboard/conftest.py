@@ -28,10 +28,10 @@ from rich.console import Console
 import relight
 from relight.tracing.roles import end_role_span, end_tool_span, start_role_span, start_tool_span
 from relight.transitions.builder import TransitionBuilder
+from relight_torch.algorithms.grpo import GRPO
 from relight_torch.demo.calculator import TOOLS, answer_reward, calculate
-from relight_torch.engine import TorchEngine
-from relight_torch.grpo import GRPO
-from relight_torch.tiny import tiny_engine
+from relight_torch.engine.torch_engine import TorchEngine
+from relight_torch.models.tiny import tiny_engine
 
 GATES: dict[str, threading.Event] = {}
 """Tasks naming a gate wait for it before their first call: a test holds a live run at a known point."""

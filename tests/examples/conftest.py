@@ -24,7 +24,7 @@ from relight.scripted import Script, ScriptedUpstream
 from relight.stores.memory import InMemoryStore
 from relight.training.trainer import DevResult, Trainer
 from relight.transitions.builder import RoleFilter, TransitionBuilder
-from relight_torch.testing import smollm2_path  # noqa: F401  (the fixture the training tests use)
+from relight_testing.models import smollm2_path  # noqa: F401  (the fixture the training tests use)
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 for folder in ("calc_agent", "sql_agent", "rag_agent", "crew", "coding_agent", "judge_agent"):

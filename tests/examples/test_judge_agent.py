@@ -55,8 +55,8 @@ async def test_the_judge_alone_rewards_a_fit() -> None:
 @pytest.mark.slow
 async def test_two_grpo_steps_with_smollm2_as_policy_and_judge(smollm2_path: Path) -> None:
     """The wiring with a real model on both sides: a weak judge, so any verdict (or none) is accepted, but counted."""
+    from relight_testing.models import served_process
     from relight_torch import GRPO, TorchEngine
-    from relight_torch.testing import served_process
 
     store = InMemoryStore()
     algorithm = GRPO(TorchEngine.from_pretrained(smollm2_path), lr=1e-5)

@@ -25,7 +25,7 @@ import pytest
 from relight.records import Transition
 
 torch = pytest.importorskip("torch")
-recipe_module = pytest.importorskip("relight_torch.recipe")
+recipe_module = pytest.importorskip("relight_torch.recipes.warm_start_grpo")
 
 pytestmark = [
     pytest.mark.slow,

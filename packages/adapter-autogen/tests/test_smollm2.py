@@ -19,7 +19,7 @@ from autogen_ext.models.openai import OpenAIChatCompletionClient
 from relight.agent import LLM, rollout
 from relight_autogen import AutoGenAdapter
 from relight_testing.compat_agents import FORCED_TOKENS, ROUND_TRIP_TASK, check_tool_round_trip, run_agent
-from relight_torch.testing import Served
+from relight_testing.models import Served
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,7 @@ import pytest
 
 # The real model, for test_smollm2.py; without relight-torch (a wheel's smoke test) the other tests still run.
 with contextlib.suppress(ImportError):
-    from relight_torch.testing import smollm2_path, smollm2_tool_server  # noqa: F401
+    from relight_testing.models import smollm2_path, smollm2_tool_server  # noqa: F401
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -19,7 +19,7 @@ from langgraph.prebuilt import create_react_agent
 from relight.agent import LLM, rollout
 from relight_langgraph import LangGraphAdapter
 from relight_testing.compat_agents import FORCED_TOKENS, ROUND_TRIP_TASK, check_tool_round_trip, run_agent
-from relight_torch.testing import Served
+from relight_testing.models import Served
 
 pytestmark = [
     pytest.mark.slow,

@@ -10,6 +10,6 @@ from agents import set_trace_processors
 
 # The real model, for test_smollm2.py; without relight-torch (a wheel's smoke test) the other tests still run.
 with contextlib.suppress(ImportError):
-    from relight_torch.testing import smollm2_path, smollm2_server  # noqa: F401
+    from relight_testing.models import smollm2_path, smollm2_server  # noqa: F401
 
 set_trace_processors([])

@@ -27,7 +27,7 @@ from openai import AsyncOpenAI
 from relight.agent import LLM, FunctionAgent
 from relight_openai_agents import OpenAIAgentsAdapter
 from relight_testing.compat_agents import FORCED_TOKENS, ROUND_TRIP_TASK, check_tool_round_trip, run_agent
-from relight_torch.testing import Served
+from relight_testing.models import Served
 
 pytestmark = pytest.mark.slow
 

@@ -2,9 +2,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from relight_torch.engine import TorchEngine
-from relight_torch.testing import smollm2_path  # noqa: F401  # the real model, for the tests that ask for it
-from relight_torch.tiny import tiny_engine
+from relight_testing.models import smollm2_path  # noqa: F401  # the real model, for the tests that ask for it
+from relight_torch.engine.torch_engine import TorchEngine
+from relight_torch.models.tiny import tiny_engine
 
 
 @pytest.fixture

@@ -13,12 +13,12 @@ import torch
 
 from relight.engine import GenerationRequest, SamplingParams
 from relight.records import Transition
-from relight_torch.engine import TorchEngine
-from relight_torch.grpo import GRPO
-from relight_torch.learner import Learner, Sample
-from relight_torch.objectives import PolicyGradientLoss
-from relight_torch.offpolicy import correct_stale_samples, update_weight_metrics, weigh_in_the_update
-from relight_torch.testing import QUESTION, answers
+from relight_testing.torch_updates import QUESTION, answers
+from relight_torch.algorithms.grpo import GRPO
+from relight_torch.algorithms.objectives import PolicyGradientLoss
+from relight_torch.algorithms.offpolicy import correct_stale_samples, update_weight_metrics, weigh_in_the_update
+from relight_torch.engine.torch_engine import TorchEngine
+from relight_torch.learner.learner import Learner, Sample
 
 
 async def test_a_live_update_trains_a_copy_while_the_engine_keeps_serving(engine: TorchEngine) -> None:

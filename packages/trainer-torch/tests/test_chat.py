@@ -2,10 +2,10 @@ import json
 
 import pytest
 
-from relight_torch.chat import assistant_turns
 from relight_torch.demo.calculator import TOOLS, Problem, demonstration
-from relight_torch.tiny import tiny_tokenizer
-from relight_torch.toolcalls import parse_tool_calls
+from relight_torch.engine.chat import assistant_turns
+from relight_torch.engine.tool_calls import parse_tool_calls
+from relight_torch.models.tiny import tiny_tokenizer
 
 
 def test_hermes_blocks_become_openai_tool_calls() -> None:

@@ -6,9 +6,9 @@ from transformers import AutoModelForCausalLM
 
 from relight.engine import SamplingParams
 from relight.records import Transition
-from relight_torch.engine import TorchEngine
-from relight_torch.grpo import GRPO
-from relight_torch.tiny import tiny_engine
+from relight_torch.algorithms.grpo import GRPO
+from relight_torch.engine.torch_engine import TorchEngine
+from relight_torch.models.tiny import tiny_engine
 
 
 def batch(engine: TorchEngine, seed: int) -> list[Transition]:

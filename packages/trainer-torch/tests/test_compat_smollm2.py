@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from relight_testing.compat import ClientCompatibility, Policy, serve_policy
-from relight_torch.engine import TorchEngine
-from relight_torch.testing import TokenizerReference, served_process
+from relight_testing.models import TokenizerReference, served_process
+from relight_torch.engine.torch_engine import TorchEngine
 
 pytestmark = pytest.mark.slow
 

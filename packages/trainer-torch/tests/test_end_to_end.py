@@ -10,11 +10,11 @@ from rich.console import Console
 import relight
 from relight.engine import Generation, GenerationRequest
 from relight.records import Transition
+from relight_torch.algorithms.grpo import GRPO
 from relight_torch.demo.agent import calculator_agent
 from relight_torch.demo.calculator import problems
-from relight_torch.engine import TorchEngine
-from relight_torch.grpo import GRPO
-from relight_torch.tiny import tiny_model, tiny_tokenizer
+from relight_torch.engine.torch_engine import TorchEngine
+from relight_torch.models.tiny import tiny_model, tiny_tokenizer
 
 
 class RecordingEngine(TorchEngine):

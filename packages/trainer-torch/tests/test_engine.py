@@ -6,8 +6,8 @@ import torch
 
 from relight.engine import GenerationRequest, SamplingParams
 from relight_torch.demo.calculator import TOOLS
-from relight_torch.engine import TorchEngine
-from relight_torch.packing import pack, response_logprobs
+from relight_torch.engine.torch_engine import TorchEngine
+from relight_torch.learner.packing import pack, response_logprobs
 
 
 def chat(content: str, **sampling: Any) -> GenerationRequest:

@@ -7,11 +7,11 @@ import torch
 from relight.engine import GenerationRequest, SamplingParams
 from relight.records import Transition
 from relight.transitions.trained_calls import ReportsAdvantages
-from relight_torch.advantages import episode_weights, grpo_advantages, reinforce_pp_advantages
-from relight_torch.grpo import GRPO
-from relight_torch.learner import Sample
-from relight_torch.testing import QUESTION, answers, final_gradients
-from relight_torch.tiny import tiny_engine
+from relight_testing.torch_updates import QUESTION, answers, final_gradients
+from relight_torch.algorithms.advantages import episode_weights, grpo_advantages, reinforce_pp_advantages
+from relight_torch.algorithms.grpo import GRPO
+from relight_torch.learner.learner import Sample
+from relight_torch.models.tiny import tiny_engine
 
 
 def total_logprobs(algorithm: GRPO, transitions: list[Transition]) -> list[float]:

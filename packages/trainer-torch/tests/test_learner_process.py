@@ -6,13 +6,13 @@ from typing import Any
 import pytest
 import torch
 
-from relight_torch.engine import TorchEngine
-from relight_torch.grpo import GRPO
-from relight_torch.learner import Sample
-from relight_torch.learner_process import LearnerProcessError
-from relight_torch.objectives import negative_log_likelihood
-from relight_torch.testing import answers
-from relight_torch.tiny import tiny_engine
+from relight_testing.torch_updates import answers
+from relight_torch.algorithms.grpo import GRPO
+from relight_torch.algorithms.objectives import negative_log_likelihood
+from relight_torch.engine.torch_engine import TorchEngine
+from relight_torch.learner.learner import Sample
+from relight_torch.learner.process import LearnerProcessError
+from relight_torch.models.tiny import tiny_engine
 
 
 def weights(engine: TorchEngine) -> dict[str, torch.Tensor]:

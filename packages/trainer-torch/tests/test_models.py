@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from relight.engine import GenerationRequest, SamplingParams
-from relight_torch.engine import TorchEngine
+from relight_torch.engine.torch_engine import TorchEngine
 from relight_torch.models import SMOLLM2_HUB_ID, ModelUnavailable, smollm2
 
 

@@ -3,10 +3,10 @@
 import torch
 
 from relight.engine import GenerationRequest, SamplingParams
-from relight_torch.engine import TorchEngine
-from relight_torch.packing import pack, response_logprobs
-from relight_torch.prefix_cache import PrefixCache
-from relight_torch.running_batch import RunningBatch
+from relight_torch.engine.prefix_cache import PrefixCache
+from relight_torch.engine.running_batch import RunningBatch
+from relight_torch.engine.torch_engine import TorchEngine
+from relight_torch.learner.packing import pack, response_logprobs
 
 
 def prompt(engine: TorchEngine, *turns: str) -> list[int]:

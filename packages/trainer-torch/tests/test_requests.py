@@ -7,9 +7,9 @@ import pytest
 from transformers import AutoTokenizer
 
 from relight.gateway import EngineUpstream, UpstreamError
-from relight_torch.chat import render
-from relight_torch.engine import TorchEngine
-from relight_torch.tiny import tiny_engine
+from relight_torch.engine.chat import render
+from relight_torch.engine.torch_engine import TorchEngine
+from relight_torch.models.tiny import tiny_engine
 
 ADD = {
     "type": "function",

@@ -6,8 +6,8 @@ from typing import Any
 import torch
 
 from relight.engine import GenerationRequest, SamplingParams
-from relight_torch.engine import Sampled, TorchEngine
-from relight_torch.packing import pack, response_logprobs
+from relight_torch.engine.torch_engine import Sampled, TorchEngine
+from relight_torch.learner.packing import pack, response_logprobs
 
 
 def prompt(engine: TorchEngine, content: str) -> list[int]:

@@ -14,12 +14,13 @@ import pytest
 
 from relight._internal.server import AsgiServer
 from relight.engine import GenerationRequest
+from relight_testing.faults import free_port
+from relight_testing.models import server_process
 from relight_torch.demo.calculator import TOOLS
-from relight_torch.engine import EngineAbandoned, TorchEngine
+from relight_torch.engine.torch_engine import EngineAbandoned, TorchEngine
 from relight_torch.models import model_name, name_model
+from relight_torch.models.tiny import tiny_engine
 from relight_torch.server import create_app
-from relight_torch.testing import free_port, server_process
-from relight_torch.tiny import tiny_engine
 
 
 @pytest.fixture
@@ -106,6 +107,23 @@ def test_the_server_process_answers_to_the_name_in_the_config_and_404s_any_other
             assert refused.value.body["param"] == "model"  # type: ignore[index]
         reply = client.chat.completions.create(model="acme/sql-policy", messages=hello, max_tokens=2)
         assert reply.model == "acme/sql-policy"
+
+
+def test_the_server_process_says_the_model_name_and_url_it_serves_at_start_up() -> None:
+    port = free_port()
+    command = [sys.executable, "-m", "relight_torch.server", "tiny", "--name", "acme/calc", "--port", str(port)]
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        assert server.stderr is not None
+        assert any("Uvicorn running on" in line for line in server.stderr)
+        server.terminate()  # what start-up said comes before the shutdown's lines, then the log ends
+        said = server.stderr.read()
+        assert f'Serving the model "acme/calc" at http://127.0.0.1:{port}/v1' in said
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        if server.stderr is not None:
+            server.stderr.close()
 
 
 def test_a_folder_is_named_by_its_config_else_by_itself(tmp_path: Path) -> None:

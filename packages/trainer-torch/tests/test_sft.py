@@ -4,9 +4,9 @@ from pathlib import Path
 import pytest
 
 from relight.records import Transition
+from relight_torch.algorithms.sft import SFT, conversation_samples, read_conversations, transition_samples
 from relight_torch.demo.calculator import TOOLS, demonstration, problems
-from relight_torch.engine import TorchEngine
-from relight_torch.sft import SFT, conversation_samples, read_conversations, transition_samples
+from relight_torch.engine.torch_engine import TorchEngine
 
 
 def test_sft_lowers_the_loss_on_its_demonstrations(engine: TorchEngine) -> None:

@@ -6,9 +6,9 @@ The numbers must be those of scoring each row whole: the same logprobs, and the 
 
 import torch
 
-from relight_torch.learner import Sample
-from relight_torch.packing import pack, response_logprobs, shared_prefix
-from relight_torch.tiny import tiny_engine
+from relight_torch.learner.learner import Sample
+from relight_torch.learner.packing import pack, response_logprobs, shared_prefix
+from relight_torch.models.tiny import tiny_engine
 
 START = list(range(5, 45))
 SAMPLES = [

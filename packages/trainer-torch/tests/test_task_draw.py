@@ -3,7 +3,7 @@
 import collections
 import random
 
-from relight_torch.recipe import draw_tasks
+from relight_torch.recipes.warm_start_grpo import draw_tasks
 
 SIZES = {"buy": 40, "spend": 4, "save": 16}
 TASKS = [{"id": f"{kind}-{n}", "kind": kind} for kind, many in SIZES.items() for n in range(many)]

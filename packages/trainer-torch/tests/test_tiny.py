@@ -1,6 +1,6 @@
 import torch
 
-from relight_torch.tiny import tiny_model, tiny_tokenizer
+from relight_torch.models.tiny import tiny_model, tiny_tokenizer
 
 
 def test_the_tokenizer_is_the_same_every_time_and_splits_digits() -> None:

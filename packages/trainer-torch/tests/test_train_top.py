@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from relight_torch.learner import Sample
-from relight_torch.recipe import Recipe, train_top
-from relight_torch.testing import answers
-from relight_torch.tiny import tiny_engine
+from relight_testing.torch_updates import answers
+from relight_torch.learner.learner import Sample
+from relight_torch.models.tiny import tiny_engine
+from relight_torch.recipes.warm_start_grpo import Recipe, train_top
 
 
 def test_only_the_top_layers_and_the_final_norm_move_and_the_update_still_learns() -> None:

@@ -16,7 +16,8 @@ from relight.gateway import Gateway
 from relight.records import RolloutRequest
 from relight.stores.memory import InMemoryStore
 from relight.training.trainer import Trainer
-from relight_torch.testing import free_port, server_process
+from relight_testing.faults import free_port
+from relight_testing.models import server_process
 
 pytestmark = pytest.mark.slow
 

@@ -10,13 +10,13 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from relight.records import Transition
-from relight_torch.grpo import GRPO
-from relight_torch.learner import Learner, Sample
-from relight_torch.objectives import PolicyGradientLoss
-from relight_torch.optimizers import step_dropping_gradients
-from relight_torch.packing import pack, response_logprobs, token_logprobs
-from relight_torch.testing import final_gradients
-from relight_torch.tiny import tiny_engine
+from relight_testing.torch_updates import final_gradients
+from relight_torch.algorithms.grpo import GRPO
+from relight_torch.algorithms.objectives import PolicyGradientLoss
+from relight_torch.learner.learner import Learner, Sample
+from relight_torch.learner.optimizers import step_dropping_gradients
+from relight_torch.learner.packing import pack, response_logprobs, token_logprobs
+from relight_torch.models.tiny import tiny_engine
 
 
 def rows(vocab: int, count: int, seed: int = 0) -> list[Sample]:

@@ -19,9 +19,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from relight_torch.vllm import server as vllm_server
+from relight_torch.vllm import server_process as vllm_server
 from relight_torch.vllm import vllm_python
-from relight_torch.vllm.server import start_watched
+from relight_torch.vllm.server_process import start_watched
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="waits on pidfds (Linux 5.3 or later)")
 
@@ -75,7 +75,7 @@ child.wait()
 
 PARENT = """
 import sys
-from relight_torch.vllm.server import start_watched
+from relight_torch.vllm.server_process import start_watched
 watchdog = start_watched(sys.executable, [sys.executable, "-c", sys.argv[1]], stdout=None, env=None)
 print(f"watchdog {watchdog.pid}", flush=True)
 sys.stdin.read()  # runs until killed

@@ -12,8 +12,8 @@ from rich.console import Console
 import relight
 from relight.scripted import Reply, ScriptedUpstream, ScriptRequest
 from relight_testing.faults import free_port
-from relight_torch.grpo import GRPO
-from relight_torch.tiny import tiny_engine
+from relight_torch.algorithms.grpo import GRPO
+from relight_torch.models.tiny import tiny_engine
 from relight_torch.vllm import VLLMUpstream
 
 MODEL = "base-model"

@@ -45,7 +45,7 @@ def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """relight-torch's tiny Llama and tokenizer, saved as a Hugging Face folder verl and vLLM load.
 
     Four heads of 32: vLLM's CPU attention takes head sizes from 32 up."""
-    from relight_torch.tiny import tiny_model, tiny_tokenizer
+    from relight_torch.models.tiny import tiny_model, tiny_tokenizer
 
     directory = tmp_path_factory.mktemp("tiny-llama")
     tokenizer = tiny_tokenizer()

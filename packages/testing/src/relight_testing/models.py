@@ -1,21 +1,19 @@
-"""Helpers for tests: a real pretrained model as a fixture, and hand-made groups of answers.
+"""Real models for tests: SmolLM2-135M-Instruct as a fixture, served by relight-torch in a process of its own.
 
-Import the fixture into a ``conftest.py``::
+Needs relight-torch (``pip install relight-testing[torch]``). Import the fixtures into a ``conftest.py``::
 
-    from relight_torch.testing import smollm2_path  # noqa: F401
-
-:class:`TokenizerReference` is what :mod:`relight_testing.compat` holds spans to for a model
-served by relight-torch (prompts rendered as the engine renders them).
+    from relight_testing.models import smollm2_path, smollm2_server  # noqa: F401
 
 ``smollm2_path`` is session-scoped and the folder behind it is cached across runs
 (:func:`relight_torch.models.smollm2`); where the model cannot be had (no registry, no ``gguf``
-package) the tests that use it are skipped with the reason. :func:`answers` makes a GRPO group
-whose logprobs are those the engine's policy gives it now.
+package) the tests that use it are skipped with the reason. ``smollm2_server`` serves it as
+``python -m relight_torch.server`` for a test module; :class:`TokenizerReference` is what
+:mod:`relight_testing.compat` holds spans to for a model served by relight-torch (prompts rendered as
+the engine renders them).
 """
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import threading
@@ -26,31 +24,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from relight.engine import GenerationRequest
-from relight.records import Transition
-from relight_torch.chat import render
-from relight_torch.engine import TorchEngine
-from relight_torch.learner import Learner, Sample
+from relight_testing.faults import free_port
+from relight_torch.engine.chat import render
 from relight_torch.models import ModelUnavailable, smollm2
 
 __all__ = [
-    "QUESTION",
     "Served",
     "TokenizerReference",
-    "answers",
-    "final_gradients",
-    "free_port",
     "served_process",
     "server_process",
     "smollm2_path",
     "smollm2_server",
     "smollm2_tool_server",
 ]
-
-QUESTION = [{"role": "user", "content": "What is 12 * 7?"}]
 
 
 @pytest.fixture(scope="session")
@@ -96,13 +84,6 @@ def served_process(path: Path, *, name: str, options: Sequence[str] = ()) -> Ite
         yield Served(f"http://127.0.0.1:{port}/v1", name, TokenizerReference(AutoTokenizer.from_pretrained(path)))
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @contextmanager
 def server_process(command: Sequence[str]) -> Iterator[None]:
     """Run a Uvicorn server process for the block: ready when it logs that it runs (its own line, not a sleep)."""
@@ -121,51 +102,6 @@ def server_process(command: Sequence[str]) -> Iterator[None]:
         server.wait(timeout=30)
         if server.stderr is not None:
             server.stderr.close()
-
-
-@contextmanager
-def final_gradients(model: torch.nn.Module) -> Iterator[list[torch.Tensor]]:
-    """Each parameter's gradient as the block's last backward pass left it (clipped, if the learner clipped it).
-
-    The learner drops every gradient once its parameter has moved, so tests that compare
-    gradients take them here: the list is filled, in ``model.parameters()`` order, when the block ends.
-    """
-    parameters = list(model.parameters())
-    seen: dict[int, torch.Tensor] = {}
-
-    def keep(index: int) -> Any:
-        return lambda parameter: seen.__setitem__(index, parameter.grad)
-
-    handles = [p.register_post_accumulate_grad_hook(keep(i)) for i, p in enumerate(parameters)]
-    gradients: list[torch.Tensor] = []
-    try:
-        yield gradients
-    finally:
-        for handle in handles:
-            handle.remove()
-    gradients.extend(seen[i] for i in range(len(parameters)) if i in seen)
-
-
-def answers(engine: TorchEngine, texts: list[str], rewards: list[float]) -> list[Transition]:
-    """One group: :data:`QUESTION` answered with each text, scored by hand, logprobs as the engine would record
-    them now (under policy version 0)."""
-    prompt = engine.prompt_ids(GenerationRequest(model="m", messages=QUESTION))
-    responses = [[*engine.tokenizer.encode(text), engine.tokenizer.eos_token_id] for text in texts]
-    logprobs = Learner(engine.model, pad_id=engine.pad_id).logprobs([Sample(prompt, r) for r in responses])
-    return [
-        Transition(
-            rollout_id=f"ro-{i}",
-            attempt_id=f"at-{i}",
-            group_id="task",
-            step=0,
-            prompt_token_ids=prompt,
-            response_token_ids=response,
-            response_logprobs=logprobs[i],
-            reward=reward,
-            policy_version=0,
-        )
-        for i, (response, reward) in enumerate(zip(responses, rewards, strict=True))
-    ]
 
 
 class TokenizerReference:

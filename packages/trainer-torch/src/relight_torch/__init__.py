@@ -11,8 +11,10 @@ or :class:`SFT` over relight's transitions; each implements :class:`relight.Algo
 
 ``python -m relight_torch.demo`` trains a tool-using calculator agent from scratch in minutes.
 
-Names are imported on first use, so that importing it does
-not import torch.
+The package is grouped by concept: :mod:`relight_torch.engine` (serving), :mod:`relight_torch.learner`
+(an optimizer step), :mod:`relight_torch.algorithms` (GRPO, SFT), :mod:`relight_torch.models` (SmolLM2, the
+tiny model), :mod:`relight_torch.vllm` (the policy served by vLLM) and :mod:`relight_torch.recipes`. The
+names below are imported on first use, so that importing the package does not import torch.
 """
 
 from __future__ import annotations
@@ -20,27 +22,29 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from relight_torch import _moved
+
 if TYPE_CHECKING:
-    from relight_torch.advantages import grpo_advantages, reinforce_pp_advantages
-    from relight_torch.engine import TorchEngine
-    from relight_torch.grpo import GRPO
-    from relight_torch.models import smollm2
-    from relight_torch.sft import SFT, conversation_samples, read_conversations, transition_samples
-    from relight_torch.tiny import tiny_engine, tiny_model, tiny_tokenizer
+    from relight_torch.algorithms.advantages import grpo_advantages, reinforce_pp_advantages
+    from relight_torch.algorithms.grpo import GRPO
+    from relight_torch.algorithms.sft import SFT, conversation_samples, read_conversations, transition_samples
+    from relight_torch.engine.torch_engine import TorchEngine
+    from relight_torch.models.smollm2 import smollm2
+    from relight_torch.models.tiny import tiny_engine, tiny_model, tiny_tokenizer
 
 _HOMES = {
-    "grpo_advantages": "advantages",
-    "reinforce_pp_advantages": "advantages",
-    "TorchEngine": "engine",
-    "GRPO": "grpo",
-    "SFT": "sft",
-    "smollm2": "models",
-    "conversation_samples": "sft",
-    "read_conversations": "sft",
-    "transition_samples": "sft",
-    "tiny_engine": "tiny",
-    "tiny_model": "tiny",
-    "tiny_tokenizer": "tiny",
+    "grpo_advantages": "algorithms.advantages",
+    "reinforce_pp_advantages": "algorithms.advantages",
+    "TorchEngine": "engine.torch_engine",
+    "GRPO": "algorithms.grpo",
+    "SFT": "algorithms.sft",
+    "smollm2": "models.smollm2",
+    "conversation_samples": "algorithms.sft",
+    "read_conversations": "algorithms.sft",
+    "transition_samples": "algorithms.sft",
+    "tiny_engine": "models.tiny",
+    "tiny_model": "models.tiny",
+    "tiny_tokenizer": "models.tiny",
 }
 
 __all__ = [
@@ -57,6 +61,8 @@ __all__ = [
     "tiny_tokenizer",
     "transition_samples",
 ]
+
+_moved.keep_importable()
 
 
 def __getattr__(name: str) -> Any:

@@ -1,4 +1,4 @@
-"""A :class:`~relight_torch.engine.TorchEngine` served alone as an OpenAI-compatible server.
+"""A :class:`~relight_torch.engine.torch_engine.TorchEngine` served alone as an OpenAI-compatible server.
 
 ``python -m relight_torch.server PATH_OR_tiny --port 8000`` answers ``/v1/chat/completions``
 (whole and streamed), ``/v1/completions`` and ``/v1/models`` in the vLLM dialect (token ids and
@@ -6,7 +6,7 @@ logprobs included), so any OpenAI client can talk to a policy being developed, a
 gateway can use it as a remote replica. Requests are translated and answered by the core's
 :class:`relight.gateway.EngineUpstream`, the same code that serves the engine in-process, so the
 two paths cannot drift apart. There is no rollout scoping and nothing is recorded: that is the
-gateway's job.
+gateway's job. Once it listens, it says the model name requests must give and the base URL.
 
 A request without ``max_tokens`` gets a cap (``--max-tokens``; the model's generation config, else
 1,024 tokens), and the first SIGTERM or Ctrl-C stops the server at once: the request being
@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import secrets
+import socket
 from collections.abc import AsyncIterator
 from types import FrameType
 from typing import Any
@@ -30,11 +32,12 @@ from starlette.routing import Route
 
 from relight.gateway import EngineUpstream, UpstreamError
 from relight.gateway.errors import error_body
-from relight_torch.engine import DEFAULT_MAX_TOKENS, TorchEngine
+from relight_torch.engine.torch_engine import DEFAULT_MAX_TOKENS, TorchEngine
 
 __all__ = ["create_app", "main"]
 
 _REQUIRED = {"chat": ("messages", list), "completions": ("prompt", str)}
+_log = logging.getLogger("uvicorn.error")  # Uvicorn's logger: the line shows where "Uvicorn running on" does
 
 
 def create_app(engine: TorchEngine) -> Starlette:
@@ -96,8 +99,6 @@ def _error(status: int, message: str, *, param: str | None = None) -> Response:
 
 def main(argv: list[str] | None = None) -> None:
     """Serve a model (a local Hugging Face directory, or ``tiny``) until interrupted."""
-    from relight_torch.factories import torch_engine as load_engine
-
     parser = argparse.ArgumentParser(prog="python -m relight_torch.server", description=main.__doc__)
     parser.add_argument("model", help="a local Hugging Face model directory, or 'tiny'")
     parser.add_argument("--host", default="127.0.0.1")
@@ -120,10 +121,19 @@ def main(argv: list[str] | None = None) -> None:
     options: dict[str, Any] = {"name": args.name} if args.name else {}
     if args.max_tokens is not None:
         options["default_max_tokens"] = args.max_tokens or None
-    with load_engine(args.model, **options) as engine:
+    with _engine(args.model, **options) as engine:
         engine.force_first_tool_call = args.force_first_tool_call
         server = _Server(engine, uvicorn.Config(create_app(engine), host=args.host, port=args.port, log_level="info"))
         server.run()
+
+
+def _engine(model: str, **options: Any) -> TorchEngine:
+    """The engine for the command line's model: ``tiny`` (the built-in tiny model) or a local Hugging Face folder."""
+    if model == "tiny":
+        from relight_torch.models.tiny import tiny_engine
+
+        return tiny_engine(**options)
+    return TorchEngine.from_pretrained(model, **options)
 
 
 class _Server(uvicorn.Server):
@@ -137,6 +147,14 @@ class _Server(uvicorn.Server):
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         self.engine.abandon()
         super().handle_exit(sig, frame)
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        """Start, then say what a client needs: the model name to ask for and the base URL."""
+        await super().startup(sockets)
+        if self.started and self.servers and self.servers[0].sockets:
+            host = self.config.host if ":" not in self.config.host else f"[{self.config.host}]"
+            port = self.servers[0].sockets[0].getsockname()[1]
+            _log.info('Serving the model "%s" at http://%s:%d/v1', self.engine.name, host, port)
 
 
 if __name__ == "__main__":

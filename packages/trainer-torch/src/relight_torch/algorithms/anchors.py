@@ -17,8 +17,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from relight_torch.learner import Learner, Sample
-from relight_torch.learner_process import LearnerProcess
+from relight_torch.learner.learner import Learner, Sample
+from relight_torch.learner.process import LearnerProcess
 
 __all__ = ["anchor_missing_logprobs"]
 

@@ -20,7 +20,7 @@ from safetensors.torch import load_file
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from transformers.utils import logging as transformers_logging
 
-from relight_torch.models import name_model
+from relight_torch.models.naming import name_model
 
 __all__ = ["TRAINER_STATE", "load_checkpoint", "save_checkpoint"]
 
@@ -39,7 +39,7 @@ def save_checkpoint(
     """Write the model and tokenizer with ``save_pretrained`` and ``state`` plus the RNG states beside them.
 
     ``name`` (the model name the engine answered to) goes into ``config.json``, so the checkpoint is
-    served under it again (:func:`relight_torch.models.model_name`) rather than as ``step-<n>``.
+    served under it again (:func:`relight_torch.models.naming.model_name`) rather than as ``step-<n>``.
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)

@@ -1,13 +1,13 @@
 """GRPO and REINFORCE++ over transitions: relight-torch's RL algorithm.
 
 Each transition is one LLM call with the credit the core assigned it (under LightningRL every call
-of an episode carries the episode's reward). Advantages come from :mod:`relight_torch.advantages`,
+of an episode carries the episode's reward). Advantages come from :mod:`relight_torch.algorithms.advantages`,
 then the policy takes PPO's clipped step against the logprobs recorded when the call was sampled,
 with a token-mean loss (or one where each episode counts once: ``per_episode``) and an optional KL
 penalty to the starting policy. Samples an older policy drew (asynchronous training) are corrected
-first (:mod:`relight_torch.offpolicy`: decoupled PPO with truncated importance sampling); calls
+first (:mod:`relight_torch.algorithms.offpolicy`: decoupled PPO with truncated importance sampling); calls
 recorded without logprobs (retokenized by the gateway) are anchored to the policy's own logprobs
-before the first step (:mod:`relight_torch.anchors`). The engine serves the new weights as soon as
+before the first step (:mod:`relight_torch.algorithms.anchors`). The engine serves the new weights as soon as
 the update returns, under a policy version one higher (trained in place, or swapped in live: see
 ``live_updates``).
 """
@@ -24,14 +24,14 @@ import torch
 
 from relight.records import Transition
 from relight.transitions.signal import flat_groups, group_key
-from relight_torch._policy import PolicyAlgorithm
-from relight_torch.advantages import episode_weights, grpo_advantages, reinforce_pp_advantages
-from relight_torch.anchors import anchor_missing_logprobs
-from relight_torch.engine import TorchEngine
-from relight_torch.learner import Learner, Sample
-from relight_torch.learner_process import LearnerProcess
-from relight_torch.objectives import PolicyGradientLoss
-from relight_torch.offpolicy import correct_stale_samples, update_weight_metrics, weigh_in_the_update
+from relight_torch.algorithms.advantages import episode_weights, grpo_advantages, reinforce_pp_advantages
+from relight_torch.algorithms.anchors import anchor_missing_logprobs
+from relight_torch.algorithms.objectives import PolicyGradientLoss
+from relight_torch.algorithms.offpolicy import correct_stale_samples, update_weight_metrics, weigh_in_the_update
+from relight_torch.algorithms.policy_algorithm import PolicyAlgorithm
+from relight_torch.engine.torch_engine import TorchEngine
+from relight_torch.learner.learner import Learner, Sample
+from relight_torch.learner.process import LearnerProcess
 
 __all__ = ["GRPO", "Estimator", "UpdateCallback", "with_signal_samples"]
 
@@ -51,11 +51,12 @@ class GRPO(PolicyAlgorithm):
         clip: PPO's ε.
         kl_coef: Weight of a k3 KL penalty to a frozen copy of the starting policy; 0 keeps no copy.
         tis_cap: The truncation of the importance weights of samples an older policy drew (asynchronous
-            training; see :mod:`relight_torch.offpolicy`); None trains them as if on-policy.
+            training; see :mod:`relight_torch.algorithms.offpolicy`); None trains them as if on-policy.
         scale_by_std: GRPO divides by the group's deviation; False is Dr. GRPO.
         per_episode: GRPO only: each episode (rollout) counts once, in its group's mean and deviation
-            and in the loss, however many calls and tokens it has (:func:`~relight_torch.advantages.episode_weights`);
-            False counts each call and each token, as verl and Agent Lightning do.
+            and in the loss, however many calls and tokens it has
+            (:func:`~relight_torch.algorithms.advantages.episode_weights`); False counts each call and each
+            token, as verl and Agent Lightning do.
         mini_batches: Optimizer steps per update, each on a disjoint shuffled part of the batch.
         epochs: Passes over the batch per update.
         token_budget: Most tokens in one forward/backward pass (gradient accumulation does the rest).
@@ -188,7 +189,7 @@ class GRPO(PolicyAlgorithm):
         raise TypeError(
             f"{type(self).__name__} on TorchEngine trains one policy, not {len(policies)} "
             f"({', '.join(policies)}): several policies, one LoRA adapter each, need the vLLM engine "
-            "(relight_torch.vllm.VLLMGRPO, or relight_torch.factories.grpo(model, engine='vllm'))"
+            "(relight_torch.vllm.VLLMGRPO)"
         )
 
     def advantages(self, transitions: Sequence[Transition]) -> list[float]:

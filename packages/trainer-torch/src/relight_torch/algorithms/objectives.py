@@ -1,4 +1,4 @@
-"""Per-token losses for :class:`relight_torch.learner.Learner`: each returns a sum over response tokens.
+"""Per-token losses for :class:`relight_torch.learner.learner.Learner`: each returns a sum over response tokens.
 
 Summing (rather than averaging) inside a micro-batch is what lets the learner divide once by the
 whole batch's token count and get the same token-mean loss however the batch was split.
@@ -12,8 +12,8 @@ from collections.abc import Sequence
 import torch
 from transformers import PreTrainedModel
 
-from relight_torch.learner import Sample
-from relight_torch.packing import PackedBatch, response_logprobs
+from relight_torch.learner.learner import Sample
+from relight_torch.learner.packing import PackedBatch, response_logprobs
 
 __all__ = ["PolicyGradientLoss", "importance_weights", "negative_log_likelihood"]
 
@@ -35,7 +35,7 @@ class PolicyGradientLoss:
         kl_coef: The KL penalty's weight.
         tis_cap: The truncation of the importance weights of samples with ``behaviour_logprobs``, each
             token's weight ``min(π_θ / π_behaviour, tis_cap)`` taken from this forward pass's logprobs
-            (see :mod:`relight_torch.offpolicy`); their statistics are sums over those tokens
+            (see :mod:`relight_torch.algorithms.offpolicy`); their statistics are sums over those tokens
             (``tis_tokens``, ``tis_clipped``, ``tis_weight``, ``logprob_delta_abs``, ``is_ratio``,
             ``is_ratio_sq``) and extremes (``logprob_delta_abs_max``, ``is_ratio_min``, ``is_ratio_max``).
     """
@@ -110,7 +110,7 @@ def importance_weights(log_weights: torch.Tensor, cap: float) -> tuple[torch.Ten
     """The truncated importance weights ``min(π / π_behaviour, cap)`` of per-token log weights, and their
     statistics: sums over the tokens (``tis_tokens``, ``tis_clipped``, ``tis_weight``, ``logprob_delta_abs``,
     ``is_ratio``, ``is_ratio_sq``) and, with any token, extremes (``logprob_delta_abs_max``,
-    ``is_ratio_min``, ``is_ratio_max``); :func:`relight_torch.offpolicy.update_weight_metrics` names them."""
+    ``is_ratio_min``, ``is_ratio_max``); :func:`relight_torch.algorithms.offpolicy.update_weight_metrics` names them."""
     over = log_weights > math.log(cap)
     ratios = log_weights.exp()
     truncated = torch.where(over, torch.full_like(ratios, cap), ratios)

@@ -18,7 +18,7 @@ An update of one optimizer step (one epoch, one mini-batch: the recipes' default
 own for the proximal policy: it is the policy the step starts from, whose logprobs the step's forward
 pass computes anyway. :func:`weigh_in_the_update` hands the behaviour logprobs to the loss, which takes
 the PPO anchor and the truncated weights from that forward pass
-(:class:`~relight_torch.objectives.PolicyGradientLoss` with ``tis_cap``): the same step as
+(:class:`~relight_torch.algorithms.objectives.PolicyGradientLoss` with ``tis_cap``): the same step as
 :func:`correct_stale_samples` followed by the update, for one forward pass less.
 """
 
@@ -31,9 +31,9 @@ from collections.abc import Sequence
 import torch
 
 from relight.records import Transition
-from relight_torch.learner import Learner, Sample
-from relight_torch.learner_process import LearnerProcess
-from relight_torch.objectives import importance_weights
+from relight_torch.algorithms.objectives import importance_weights
+from relight_torch.learner.learner import Learner, Sample
+from relight_torch.learner.process import LearnerProcess
 
 __all__ = ["correct_stale_samples", "update_weight_metrics", "weigh_in_the_update"]
 
@@ -98,7 +98,7 @@ def weigh_in_the_update(
 
 
 def update_weight_metrics(update: dict[str, float], *, every_sample: bool = False) -> dict[str, float]:
-    """Takes the importance weights' statistics (:func:`~relight_torch.objectives.importance_weights`) out of
+    """Takes the importance weights' statistics (:func:`~relight_torch.algorithms.objectives.importance_weights`) out of
     ``update`` (an update's metrics, or the statistics themselves) and returns them as the correction's
     metrics; sums become means over the weighed tokens (token means of them too: the ratio of two is the
     ratio of the sums)."""

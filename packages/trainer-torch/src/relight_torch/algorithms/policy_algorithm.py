@@ -1,6 +1,6 @@
 """What every relight-torch algorithm shares: the engine that serves its policy, an optimizer, checkpoints.
 
-Several algorithms may share one :class:`~relight_torch.engine.TorchEngine`, which is how a warm
+Several algorithms may share one :class:`~relight_torch.engine.torch_engine.TorchEngine`, which is how a warm
 start works: :class:`~relight_torch.SFT` trains the weights that :class:`~relight_torch.GRPO` then goes
 on from, served all along by the same engine.
 """
@@ -20,10 +20,10 @@ from typing import Any, TypeVar
 from pydantic import JsonValue
 
 from relight.algorithm import UpstreamTarget
-from relight_torch.checkpoint import load_checkpoint, save_checkpoint
-from relight_torch.engine import TorchEngine
-from relight_torch.learner import Learner
-from relight_torch.learner_process import LearnerProcess
+from relight_torch.algorithms.checkpoint import load_checkpoint, save_checkpoint
+from relight_torch.engine.torch_engine import TorchEngine
+from relight_torch.learner.learner import Learner
+from relight_torch.learner.process import LearnerProcess
 
 __all__ = ["PolicyAlgorithm"]
 
@@ -36,15 +36,15 @@ class PolicyAlgorithm:
     Args:
         engine: Serves the policy; the algorithm trains ``engine.model`` in place, unless ``live_updates``.
         live_updates: Train a copy of the model and swap the new weights into the engine between two of
-            its generation steps (:meth:`~relight_torch.engine.TorchEngine.load_weights`), so serving never
+            its generation steps (:meth:`~relight_torch.engine.torch_engine.TorchEngine.load_weights`), so serving never
             stops for an update: what asynchronous training (``Trainer(max_staleness=k)``) wants. Costs a
             second copy of the weights.
-        learner_process: With ``live_updates``, train in a child process (:mod:`relight_torch.learner_process`)
+        learner_process: With ``live_updates``, train in a child process (:mod:`relight_torch.learner.process`)
             rather than on a thread: the update then runs on another core instead of taking turns with the
             engine on the GIL. The process is started with ``spawn``, so a script that trains this way needs
             the usual ``if __name__ == "__main__":`` guard.
         seed: Seeds :attr:`rng`, the algorithm's own randomness (batch order), kept in checkpoints.
-        learner_options: For the :class:`~relight_torch.learner.Learner` (``lr``, ``token_budget``, …).
+        learner_options: For the :class:`~relight_torch.learner.learner.Learner` (``lr``, ``token_budget``, …).
     """
 
     def __init__(
@@ -61,7 +61,7 @@ class PolicyAlgorithm:
         self.engine = engine
         self.live_updates = live_updates
         self.learner_options = dict(learner_options)
-        """What each :class:`~relight_torch.learner.Learner` of the algorithm is made with (``lr``, …)."""
+        """What each :class:`~relight_torch.learner.learner.Learner` of the algorithm is made with (``lr``, …)."""
         trained = copy.deepcopy(engine.model) if live_updates else engine.model
         self.learner: Learner | LearnerProcess = (
             LearnerProcess(trained, pad_id=engine.pad_id, **learner_options)

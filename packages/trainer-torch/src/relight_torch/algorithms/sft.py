@@ -2,7 +2,7 @@
 
 Demonstrations come as conversations (OpenAI messages, optionally with ``tools``; a JSONL file
 holds one per line) or as transitions. A conversation is cut into one sample per assistant turn,
-rendered exactly as the engine would prompt the model (:func:`relight_torch.chat.assistant_turns`),
+rendered exactly as the engine would prompt the model (:func:`relight_torch.engine.chat.assistant_turns`),
 so the loss covers only tokens the model itself would have to produce. :meth:`SFT.fit` trains on
 a fixed set; as a :class:`relight.Algorithm`, :meth:`SFT.update` learns from each batch of
 transitions (those with ``reward >= min_reward``: rejection-sampling fine-tuning).
@@ -19,11 +19,11 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from relight.records import Transition
-from relight_torch._policy import PolicyAlgorithm
-from relight_torch.chat import assistant_turns
-from relight_torch.engine import TorchEngine
-from relight_torch.learner import Sample
-from relight_torch.objectives import negative_log_likelihood
+from relight_torch.algorithms.objectives import negative_log_likelihood
+from relight_torch.algorithms.policy_algorithm import PolicyAlgorithm
+from relight_torch.engine.chat import assistant_turns
+from relight_torch.engine.torch_engine import TorchEngine
+from relight_torch.learner.learner import Sample
 
 __all__ = ["SFT", "conversation_samples", "read_conversations", "transition_samples"]
 

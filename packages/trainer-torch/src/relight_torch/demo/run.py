@@ -35,13 +35,13 @@ from relight.records import Mode, RolloutStatus, SpanKind
 from relight.store import Store
 from relight.training.run_folder import RunFolder
 from relight.transitions.builder import episode_return
+from relight_torch.algorithms.grpo import GRPO
+from relight_torch.algorithms.sft import SFT, conversation_samples
 from relight_torch.demo.agent import calculator_agent
 from relight_torch.demo.calculator import TOOLS, demonstration, problems
-from relight_torch.engine import TorchEngine
-from relight_torch.grpo import GRPO
-from relight_torch.recipe import Recipe as ExampleRecipe
-from relight_torch.sft import SFT, conversation_samples
-from relight_torch.tiny import tiny_engine
+from relight_torch.engine.torch_engine import TorchEngine
+from relight_torch.models.tiny import tiny_engine
+from relight_torch.recipes.warm_start_grpo import Recipe as ExampleRecipe
 
 __all__ = ["Recipe", "run_demo", "warm_start"]
 
@@ -50,7 +50,7 @@ __all__ = ["Recipe", "run_demo", "warm_start"]
 class Recipe(ExampleRecipe):
     """Everything that decides the demo's outcome; the defaults are the tested recipe.
 
-    The examples' :class:`relight_torch.recipe.Recipe`, with the tiny model's own defaults: its
+    The examples' :class:`relight_torch.recipes.warm_start_grpo.Recipe`, with the tiny model's own defaults: its
     demonstrations are written here (``demonstrations`` of them), not recorded from scripted runs.
     """
 

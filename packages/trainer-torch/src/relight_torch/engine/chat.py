@@ -6,7 +6,7 @@ one function, so a demonstration is tokenized exactly as the engine would prompt
 Messages are made what templates expect: ``content: null`` (an assistant turn that only calls
 tools, as every framework sends it) becomes ``""``, list-of-parts content becomes its text, and
 tool-call arguments become objects. A template that does not render tools (SmolLM2's plain ChatML)
-gets them the hermes way the engine parses (:mod:`relight_torch.toolcalls`): the tools listed in
+gets them the hermes way the engine parses (:mod:`relight_torch.engine.tool_calls`): the tools listed in
 the system message, and each assistant tool call written as the ``<tool_call>`` block the model
 wrote, so that the next turn's prompt holds what was sampled.
 """
@@ -19,7 +19,7 @@ from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
-from relight_torch.toolcalls import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, arguments_as_objects
+from relight_torch.engine.tool_calls import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, arguments_as_objects
 
 __all__ = ["assistant_turns", "render"]
 

@@ -5,7 +5,7 @@
 use, which runs on the CPU): at each step the tokens the grammar cannot take next are masked
 out before sampling, so a forced call is always a ``<tool_call>{"name": …, "arguments": …}</tool_call>``
 block whose arguments match the tool's JSON schema, and the turn ends right after it. The
-logprobs recorded stay the model's own (see :mod:`relight_torch.engine`): the mask changes what
+logprobs recorded stay the model's own (see :mod:`relight_torch.engine.torch_engine`): the mask changes what
 is sampled, not what training computes.
 
 Options the engine cannot honour are refused with a :class:`relight.engine.EngineRequestError`
@@ -30,7 +30,7 @@ import xgrammar as xgr
 from transformers import PreTrainedTokenizerBase
 
 from relight.engine import EngineRequestError, GenerationRequest, TokenLogprob
-from relight_torch.toolcalls import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
+from relight_torch.engine.tool_calls import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
 
 __all__ = ["Decoding", "first_call_forced", "parses_tool_calls"]
 

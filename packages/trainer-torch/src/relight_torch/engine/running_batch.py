@@ -10,7 +10,7 @@ length. Padding is masked and each row's positions count only its own tokens, so
 logits it would get alone (the engine's tests compare them with a fresh forward pass). Rows prefilled
 together that share a long prompt start compute it once (:meth:`RunningBatch._prefill`), and a row
 whose prompt starts like a sequence the batch finished earlier reuses its keys and values
-(:mod:`relight_torch.prefix_cache`): only the rest runs.
+(:mod:`relight_torch.engine.prefix_cache`): only the rest runs.
 
 The cache is transformers' :class:`~transformers.DynamicCache` built without a config: one plain
 :class:`~transformers.cache_utils.DynamicLayer` (keys and values shaped ``[rows, heads, length, dim]``)
@@ -24,8 +24,8 @@ from collections.abc import Sequence
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from relight_torch.packing import forward_sharing, left_pad, positions, shared_prefix
-from relight_torch.prefix_cache import Prefix, PrefixCache
+from relight_torch.engine.prefix_cache import Prefix, PrefixCache
+from relight_torch.learner.packing import forward_sharing, left_pad, positions, shared_prefix
 
 __all__ = ["RunningBatch"]
 

@@ -5,7 +5,7 @@ the request, queues it and waits; one worker thread starts a batch with what is 
 ``max_batch_size``, waiting while requests keep arriving less than ``batch_window`` seconds
 apart) and samples it with one forward pass per token (left-padded prompts, a KV cache). Between
 two passes, rows that finished leave and hand their caller the result at once, and requests queued
-meanwhile join (:mod:`relight_torch.running_batch`): an agent's next call never waits for a batch
+meanwhile join (:mod:`relight_torch.engine.running_batch`): an agent's next call never waits for a batch
 it was not in to end. The window matters for the first pass: requests reach the engine one by one
 through HTTP and the event loop, and a worker that started on the first would prefill them one by one.
 The weights change only between two generation steps (one forward pass of the batch):
@@ -20,10 +20,10 @@ sampled which tokens (``[(first_token, version), …]``, set only when there is 
 ``policy_version`` is the oldest of them, the one a trainer's staleness rule must count.
 
 Logprobs are those of the model at temperature 1, computed exactly as
-:func:`relight_torch.packing.response_logprobs` computes them for training, whatever the request's
+:func:`relight_torch.learner.packing.response_logprobs` computes them for training, whatever the request's
 temperature, top-p or grammar. Tool calls are parsed from hermes-style ``<tool_call>`` blocks
-(:mod:`relight_torch.toolcalls`) when the request offers tools; forced tool calls and JSON output
-are decoded under a grammar (:mod:`relight_torch.constrain`). A request the engine cannot serve as
+(:mod:`relight_torch.engine.tool_calls`) when the request offers tools; forced tool calls and JSON output
+are decoded under a grammar (:mod:`relight_torch.engine.constrained_decoding`). A request the engine cannot serve as
 asked (an unknown model, a template that cannot render it, an option it cannot honour) raises
 :class:`relight.engine.EngineRequestError`, which the gateway answers with a 4xx.
 """
@@ -44,13 +44,13 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from relight.engine import ContextLengthError, EngineRequestError, Generation, GenerationRequest, SamplingParams
-from relight_torch.chat import render
-from relight_torch.constrain import Decoding, first_call_forced, parses_tool_calls
-from relight_torch.models import model_name
-from relight_torch.prefix_cache import PrefixCache
-from relight_torch.running_batch import RunningBatch
-from relight_torch.toolcalls import parse_tool_calls
-from relight_torch.weights_gate import WeightsGate
+from relight_torch.engine.chat import render
+from relight_torch.engine.constrained_decoding import Decoding, first_call_forced, parses_tool_calls
+from relight_torch.engine.prefix_cache import PrefixCache
+from relight_torch.engine.running_batch import RunningBatch
+from relight_torch.engine.tool_calls import parse_tool_calls
+from relight_torch.engine.weights_gate import WeightsGate
+from relight_torch.models.naming import model_name
 
 __all__ = ["DEFAULT_MAX_TOKENS", "EngineAbandoned", "Sampled", "TorchEngine", "configured_max_tokens"]
 
@@ -124,11 +124,11 @@ class TorchEngine:
         default_max_tokens: New tokens for a request that sets no ``max_tokens``; None: the rest of the context.
         force_first_tool_call: Decode a request that offers tools with ``tool_choice`` ``auto`` (or
             none given) as ``required`` while its messages hold no tool result
-            (:func:`relight_torch.constrain.first_call_forced`): for a model that never picks a tool by
-            itself, driven by a framework that always leaves the choice to the model. The logprobs
+            (:func:`relight_torch.engine.constrained_decoding.first_call_forced`): for a model that never picks
+            a tool by itself, driven by a framework that always leaves the choice to the model. The logprobs
             recorded stay the model's own, as for any forced call.
         prefix_cache_tokens: Tokens of finished sequences whose keys and values are kept for later prompts
-            that start the same way (:mod:`relight_torch.prefix_cache`); 0 turns it off.
+            that start the same way (:mod:`relight_torch.engine.prefix_cache`); 0 turns it off.
     """
 
     def __init__(
@@ -188,7 +188,7 @@ class TorchEngine:
         """Load a model and tokenizer that transformers can load from a local directory.
 
         The engine answers to ``name``, by default the one the folder's config gives
-        (:func:`relight_torch.models.model_name`). A request that sets no ``max_tokens`` gets at most
+        (:func:`relight_torch.models.naming.model_name`). A request that sets no ``max_tokens`` gets at most
         the folder's ``generation_config.max_new_tokens``, else :data:`DEFAULT_MAX_TOKENS`
         (``default_max_tokens=None`` lifts the cap): agent frameworks often send none, and a small
         model may never stop by itself.
@@ -387,7 +387,7 @@ class TorchEngine:
     def _sample(self, in_flight: list[_Row]) -> None:
         """Sample until every row has finished, one forward pass at a time, each under the weights lock.
 
-        Queued requests join at each step (see :mod:`relight_torch.running_batch`); a row's caller gets its
+        Queued requests join at each step (see :mod:`relight_torch.engine.running_batch`); a row's caller gets its
         result as soon as the row finishes. ``in_flight`` is kept up to date, for failing what is left.
         """
         batch = RunningBatch(self.model, self.pad_id, self.prefixes)

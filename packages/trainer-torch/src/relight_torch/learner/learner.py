@@ -16,9 +16,16 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
-from relight_torch.allocator import return_freed_tensors
-from relight_torch.optimizers import OptimizerName, make_optimizer, step_dropping_gradients
-from relight_torch.packing import LOGPROB_CHUNK, PackedBatch, micro_batches, pack, response_logprobs, shared_prefix
+from relight_torch.learner.allocator import return_freed_tensors
+from relight_torch.learner.optimizers import OptimizerName, make_optimizer, step_dropping_gradients
+from relight_torch.learner.packing import (
+    LOGPROB_CHUNK,
+    PackedBatch,
+    micro_batches,
+    pack,
+    response_logprobs,
+    shared_prefix,
+)
 
 __all__ = ["Learner", "Sample", "TokenLoss"]
 
@@ -37,7 +44,7 @@ class Sample:
     behaviour_logprobs: Sequence[float] | None = None
     """Per-token logprobs of the engine that sampled the response, when the loss is to weigh each token by
     its importance weight against the policy's logprobs in the update's own forward pass (an update of one
-    optimizer step, whose PPO anchor is the current policy: see :mod:`relight_torch.offpolicy`)."""
+    optimizer step, whose PPO anchor is the current policy: see :mod:`relight_torch.algorithms.offpolicy`)."""
 
 
 TokenLoss = Callable[[torch.Tensor, PackedBatch, Sequence[Sample]], tuple[torch.Tensor, dict[str, float]]]
@@ -61,14 +68,14 @@ class Learner:
             memory and runs a little slower.
         max_grad_norm: Gradients are clipped to this global norm.
         logprob_chunk: Response tokens whose vocabulary-wide logits exist at once (see
-            :func:`relight_torch.packing.token_logprobs`); None makes them for a whole micro-batch.
+            :func:`relight_torch.learner.packing.token_logprobs`); None makes them for a whole micro-batch.
         recompute_activations: Keep only each layer's input in the forward pass and recompute the
             rest in the backward (Hugging Face's gradient checkpointing): activations fall from about
             1.3 MB to 0.1 MB per token for SmolLM2-135M, for about a third more compute. None turns it
             on for models of over 50M parameters, where activations, not weights, fill the memory.
         optimizer: ``"adamw"`` (``torch.optim.AdamW``, float32 moments) or ``"adamw8bit"``
             (bitsandbytes' block-wise 8-bit moments: 0.75 × the weights less memory, a close but
-            not identical step; see :mod:`relight_torch.optimizers`).
+            not identical step; see :mod:`relight_torch.learner.optimizers`).
         parameters: The weights this learner steps and clips (by default all of ``model``'s): one
             policy's LoRA adapter among several on the same model (:mod:`relight_torch.vllm`), so that
             each policy has an optimizer of its own and a step of one leaves the others' weights alone.
@@ -98,7 +105,7 @@ class Learner:
         if recompute_activations is None:
             recompute_activations = sum(p.numel() for p in model.parameters()) > 50_000_000
         self.recompute_activations = recompute_activations
-        return_freed_tensors()  # else the update's freed activations stay resident (see relight_torch.allocator)
+        return_freed_tensors()  # else the update's freed activations stay resident (relight_torch.learner.allocator)
         self.optimizer = make_optimizer(optimizer, self.parameters, lr=lr, weight_decay=weight_decay, betas=betas)
         self.step = 0
 

@@ -1,4 +1,4 @@
-"""The optimizers a :class:`~relight_torch.learner.Learner` steps, and how it steps them with the least memory.
+"""The optimizers a :class:`~relight_torch.learner.learner.Learner` steps, and how it steps them with the least memory.
 
 AdamW keeps two moments per parameter: in float32 that is twice the weights (1.0 GiB for
 SmolLM2-135M), the largest thing a CPU update holds. ``optimizer="adamw8bit"`` keeps them in 8 bits

@@ -83,7 +83,7 @@ def pack(
 
     With ``share``, a start that every prompt shares (an agent's system prompt and tool list) comes
     first and the rest of each prompt is left-padded after it, as the engine lays out a batch it
-    samples (:mod:`relight_torch.running_batch`); scoring then computes that start once.
+    samples (:mod:`relight_torch.engine.running_batch`); scoring then computes that start once.
     """
     if len(prompts) != len(responses) or not prompts:
         raise ValueError(f"pack needs as many prompts as responses, at least one; got {len(prompts)}, {len(responses)}")

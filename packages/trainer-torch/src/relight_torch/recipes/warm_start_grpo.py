@@ -51,10 +51,10 @@ from relight.records import Mode, RolloutStatus, SpanKind, Transition
 from relight.scripted import Script, ScriptedUpstream
 from relight.store import Store
 from relight.transitions.builder import RoleFilter, TransitionBuilder
-from relight_torch.engine import TorchEngine
-from relight_torch.grpo import GRPO, UpdateCallback
-from relight_torch.sft import SFT, Conversation, conversation_samples
-from relight_torch.vllm.server import vllm_python
+from relight_torch.algorithms.grpo import GRPO, UpdateCallback
+from relight_torch.algorithms.sft import SFT, Conversation, conversation_samples
+from relight_torch.engine.torch_engine import TorchEngine
+from relight_torch.vllm.server_process import vllm_python
 
 __all__ = ["Recipe", "demonstrations", "draw_tasks", "main", "train_agent", "train_top"]
 
@@ -304,7 +304,7 @@ def vllm_grpo(
     Full weights (the top ``trained_layers``) by default; with ``lora``, LoRA adapters on those layers
     at ``lora_lr``, one per policy once the trainer names the policies.
     """
-    from relight_torch.models import name_model
+    from relight_torch.models.naming import name_model
     from relight_torch.vllm import VLLMGRPO, LoraOptions, VLLMPolicy
 
     folder = out / "warm-start"
@@ -507,7 +507,7 @@ def main(
 
 def load_engine(model: str | Path | None = None, *, seed: int = 0) -> TorchEngine:
     """The engine for ``model`` (a local folder), by default SmolLM2-135M-Instruct from relight's cache."""
-    from relight_torch.models import smollm2
+    from relight_torch.models.smollm2 import smollm2
 
     torch.manual_seed(seed)
     return TorchEngine.from_pretrained(model or smollm2(), seed=seed)

@@ -1,6 +1,6 @@
 """Run a command (the vLLM server) for as long as the process that started this one lives.
 
-``python -I _watchdog.py COMMAND...``, started by :class:`~relight_torch.vllm.server.VLLMServer` with
+``python -I _watchdog.py COMMAND...``, started by :class:`~relight_torch.vllm.server_process.VLLMServer` with
 the vLLM environment's interpreter (so it imports nothing but the standard library) as the leader of
 a process group of its own, with a pipe as its standard input whose other end only the trainer holds.
 The pipe reaches end-of-file when the trainer exits, however it exits: SIGKILL and an out-of-memory
@@ -13,7 +13,7 @@ the server is restarted from a watcher thread. The pipe works on Linux and macOS
 
 Otherwise the watchdog stays out of the way: it exits with the server's status when the server exits
 (so the trainer sees a crash and restarts it), and a SIGTERM sent to the group (the trainer's
-:meth:`~relight_torch.vllm.server.VLLMServer.stop`) reaches the server, whose exit the watchdog awaits.
+:meth:`~relight_torch.vllm.server_process.VLLMServer.stop`) reaches the server, whose exit the watchdog awaits.
 """
 
 import contextlib

@@ -4,7 +4,7 @@
 on the server; ``/collective_rpc`` needs ``VLLM_SERVER_DEV_MODE=1``, and is how a running OpenAI server
 reaches its workers' ``reload_weights(weights_path=...)``: vLLM reads the new safetensors itself and
 repacks them for its kernels (the CPU backend cannot take ``load_weights`` after start-up).
-A server relight starts has all three (:mod:`relight_torch.vllm.server`); one the user runs needs them set.
+A server relight starts has all three (:mod:`relight_torch.vllm.server_process`); one the user runs needs them set.
 """
 
 from __future__ import annotations

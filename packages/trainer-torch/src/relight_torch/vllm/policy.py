@@ -2,7 +2,7 @@
 
 :class:`VLLMPolicy` holds what relight-torch's algorithms train (a float32 transformers model, with peft
 LoRA adapters by default, and its tokenizer) and the vLLM server that serves it: one relight starts from
-the vLLM environment (:class:`~relight_torch.vllm.server.VLLMServer`), or one the user runs (``url``).
+the vLLM environment (:class:`~relight_torch.vllm.server_process.VLLMServer`), or one the user runs (``url``).
 
 After each update the new version is pushed, with the gateway paused and drained (the trainer pauses it
 around every update) or, for LoRA with ``VLLMGRPO(live_updates=True)`` in asynchronous training, while
@@ -22,7 +22,7 @@ its own optimizer on its own calls only (:meth:`VLLMGRPO.set_policies`). A polic
 by the base model itself (a fresh LoRA adapter changes nothing: peft starts its B matrices at zero), and
 so is a frozen policy, which is never trained.
 
-Both pushes are :class:`~relight_torch.vllm.serving.VLLMServing`'s, which relight-verl's CPU mode shares.
+Both pushes are :class:`~relight_torch.vllm.policy_serving.VLLMServing`'s, which relight-verl's CPU mode shares.
 
 A restarted server gets the current version loaded again before any call reaches it. Sampling is in
 bfloat16 (vLLM) and learning in float32: :class:`VLLMGRPO` corrects every sample with truncated importance
@@ -50,11 +50,11 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from relight.algorithm import UpstreamTarget
 from relight.policies import Policy
 from relight.records import Transition
-from relight_torch.grpo import GRPO
-from relight_torch.learner import Learner
-from relight_torch.models import model_name
-from relight_torch.vllm.server import VLLMServer, VLLMServerOptions
-from relight_torch.vllm.serving import VLLMServing, with_tool_rendering
+from relight_torch.algorithms.grpo import GRPO
+from relight_torch.learner.learner import Learner
+from relight_torch.models.naming import model_name
+from relight_torch.vllm.policy_serving import VLLMServing, with_tool_rendering
+from relight_torch.vllm.server_process import VLLMServer, VLLMServerOptions
 from relight_torch.vllm.upstream import VLLMUpstream
 
 __all__ = ["VLLMGRPO", "LoraOptions", "VLLMPolicy"]
@@ -104,8 +104,7 @@ class PolicyAdapter:
 
 
 class VLLMPolicy:
-    """A policy trained here and served by vLLM. Pass it to :class:`VLLMGRPO` (or ``relight.algorithm("grpo",
-    model, engine="vllm")``).
+    """A policy trained here and served by vLLM. Pass it to :class:`VLLMGRPO`.
 
     Args:
         model: A Hugging Face folder (``relight_torch.models.smollm2()``); vLLM and the learner both load it.
@@ -114,7 +113,7 @@ class VLLMPolicy:
             model, ``--enable-lora``, ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` and, for full weights,
             ``VLLM_SERVER_DEV_MODE=1``, and reading the same file system. None starts one.
         server: How relight starts its server (ignored with ``url``).
-        python: The vLLM environment's interpreter (see :func:`~relight_torch.vllm.server.vllm_python`).
+        python: The vLLM environment's interpreter (see :func:`~relight_torch.vllm.server_process.vllm_python`).
         work_dir: Where pushed versions are written (a temporary folder by default: :meth:`close` removes the
             versions it holds and leaves the server's log).
         label: The adapters' name prefix (``policy-v3``).

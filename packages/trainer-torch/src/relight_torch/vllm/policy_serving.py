@@ -2,7 +2,7 @@
 
 :class:`VLLMServing` is what every trainer that serves its policy with vLLM shares, whatever its learner
 (relight-torch's :class:`~relight_torch.vllm.policy.VLLMPolicy`, relight-verl's CPU mode): it starts the
-server (:class:`~relight_torch.vllm.server.VLLMServer`) or attaches to one the user runs, gives the gateway
+server (:class:`~relight_torch.vllm.server_process.VLLMServer`) or attaches to one the user runs, gives the gateway
 a :class:`~relight_torch.vllm.upstream.VLLMUpstream`, and serves each new version once the learner has
 written it to a folder:
 
@@ -26,7 +26,7 @@ import shutil
 from pathlib import Path
 
 from relight_torch.vllm.admin import load_lora_adapter, reload_weights, unload_lora_adapter
-from relight_torch.vllm.server import VLLMServer, VLLMServerOptions
+from relight_torch.vllm.server_process import VLLMServer, VLLMServerOptions
 from relight_torch.vllm.upstream import VLLMUpstream
 
 __all__ = ["VLLMServing", "with_tool_rendering"]
@@ -52,7 +52,7 @@ class VLLMServing:
         url: The base URL of a vLLM server the user runs (see :class:`~relight_torch.vllm.policy.VLLMPolicy`
             for what it needs); None starts one.
         options: How relight starts its server (ignored with ``url``).
-        python: The vLLM environment's interpreter (see :func:`~relight_torch.vllm.server.vllm_python`).
+        python: The vLLM environment's interpreter (see :func:`~relight_torch.vllm.server_process.vllm_python`).
         log_path: Where the server's output goes.
         label: The adapters' name prefix (``policy-v3``).
     """

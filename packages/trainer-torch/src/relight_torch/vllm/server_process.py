@@ -421,7 +421,8 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-if __name__ == "__main__":  # pragma: no cover - `python -m relight_torch.vllm.server MODEL` serves a folder by hand
+# `python -m relight_torch.vllm.server_process MODEL` serves a folder by hand.
+if __name__ == "__main__":  # pragma: no cover
     server = VLLMServer(sys.argv[1], served_name=Path(sys.argv[1]).name).start()
     print(server.base_url, flush=True)
     try:

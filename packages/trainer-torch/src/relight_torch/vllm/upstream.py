@@ -17,7 +17,7 @@ only when the last call that uses it has finished. A full-weight reload replaces
 call at once, so the trainer pauses the gateway and lets it drain first (:meth:`relight.Trainer.fit`
 does so around every update).
 
-When relight runs the server (:class:`~relight_torch.vllm.server.VLLMServer`) and it dies, a call that
+When relight runs the server (:class:`~relight_torch.vllm.server_process.VLLMServer`) and it dies, a call that
 got no answer waits for the restarted server (which has the current weights loaded again) and goes
 again; a stream that had already sent chunks fails instead, as its client has seen part of an answer.
 Nothing is recorded twice: the gateway records a call once, when it ends.
@@ -33,7 +33,7 @@ from typing import Any
 
 from relight.gateway.errors import UpstreamError
 from relight.gateway.upstreams import Endpoint, OpenAIUpstream
-from relight_torch.vllm.server import VLLMServer
+from relight_torch.vllm.server_process import VLLMServer
 
 __all__ = ["VLLMUpstream"]
 

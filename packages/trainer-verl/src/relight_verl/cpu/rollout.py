@@ -72,7 +72,7 @@ class VLLMReplica(RolloutReplica):
         from transformers import AutoTokenizer
 
         from relight_torch.vllm import VLLMServerOptions, VLLMServing
-        from relight_torch.vllm.serving import with_tool_rendering
+        from relight_torch.vllm.policy_serving import with_tool_rendering
 
         options = engine_options(self.config)
         model = _model_folder(self.model_config)
