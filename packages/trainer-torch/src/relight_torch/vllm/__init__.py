@@ -17,7 +17,8 @@ The same code runs CUDA ``vllm`` on a GPU machine (install ``vllm`` in that envi
 """
 
 from relight_torch.vllm.admin import VLLMAdminError
-from relight_torch.vllm.policy import VLLMGRPO, LoraOptions, VLLMPolicy
+from relight_torch.vllm.grpo import VLLMGRPO
+from relight_torch.vllm.policy import LoraOptions, VLLMPolicy
 from relight_torch.vllm.policy_serving import VLLMServing
 from relight_torch.vllm.server_process import VLLMServer, VLLMServerError, VLLMServerOptions, vllm_python
 from relight_torch.vllm.upstream import VLLMUpstream

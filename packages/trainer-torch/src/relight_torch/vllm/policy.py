@@ -18,24 +18,24 @@ calls go on:
 
 **Several policies** (``relight.Trainer(policies=...)``, one per role): each policy is a peft LoRA adapter
 of its own on the shared base weights, pushed as ``<policy>@v<n>`` with its own version, and trained by
-its own optimizer on its own calls only (:meth:`VLLMGRPO.set_policies`). A policy at version 0 is served
+its own optimizer on its own calls only
+(:meth:`~relight_torch.vllm.grpo.VLLMGRPO.set_policies`). A policy at version 0 is served
 by the base model itself (a fresh LoRA adapter changes nothing: peft starts its B matrices at zero), and
 so is a frozen policy, which is never trained.
 
 Both pushes are :class:`~relight_torch.vllm.policy_serving.VLLMServing`'s, which relight-verl's CPU mode shares.
 
 A restarted server gets the current version loaded again before any call reaches it. Sampling is in
-bfloat16 (vLLM) and learning in float32: :class:`VLLMGRPO` corrects every sample with truncated importance
-sampling, since the engine is never the learner's own forward pass.
+bfloat16 (vLLM) and learning in float32: :class:`~relight_torch.vllm.grpo.VLLMGRPO`, the algorithm that
+trains it, corrects every sample with truncated importance sampling, since the engine is never the
+learner's own forward pass.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 import shutil
-import statistics
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -47,17 +47,12 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
-from relight.algorithm import UpstreamTarget
-from relight.policies import Policy
-from relight.records import Transition
-from relight_torch.algorithms.grpo import GRPO
-from relight_torch.learner.learner import Learner
 from relight_torch.models.naming import model_name
 from relight_torch.vllm.policy_serving import VLLMServing, with_tool_rendering
 from relight_torch.vllm.server_process import VLLMServer, VLLMServerOptions
 from relight_torch.vllm.upstream import VLLMUpstream
 
-__all__ = ["VLLMGRPO", "LoraOptions", "VLLMPolicy"]
+__all__ = ["LoraOptions", "PolicyAdapter", "VLLMPolicy"]
 
 
 @dataclass(frozen=True)
@@ -104,7 +99,7 @@ class PolicyAdapter:
 
 
 class VLLMPolicy:
-    """A policy trained here and served by vLLM. Pass it to :class:`VLLMGRPO`.
+    """A policy trained here and served by vLLM. Pass it to :class:`~relight_torch.vllm.grpo.VLLMGRPO`.
 
     Args:
         model: A Hugging Face folder (``relight_torch.models.smollm2()``); vLLM and the learner both load it.
@@ -242,11 +237,12 @@ class VLLMPolicy:
         adapter = self.adapters[policy]
         self.start()
         started = time.perf_counter()
-        self._push_adapter(adapter, adapter.version + 1)
+        self.push_adapter_version(adapter, adapter.version + 1)
         adapter.version += 1
         self.push_seconds.append(time.perf_counter() - started)
 
-    def _push_adapter(self, adapter: PolicyAdapter, version: int) -> None:
+    def push_adapter_version(self, adapter: PolicyAdapter, version: int) -> None:
+        """Serve ``adapter``'s current weights as its ``version`` (again, after a checkpoint is loaded)."""
         self.start()
         served = f"{adapter.name}@v{version}"
         folder = self.work_dir / served
@@ -290,10 +286,10 @@ class VLLMPolicy:
             return self.serving.upstream
         upstream = self.serving.start()
         if self.policy_version > 0:  # resumed from a checkpoint before the server ran
-            self._push(self.policy_version)
+            self.push_version(self.policy_version)
         for adapter in self.adapters.values():
             if adapter.version > 0:
-                self._push_adapter(adapter, adapter.version)
+                self.push_adapter_version(adapter, adapter.version)
             else:
                 upstream.route(0, self.name, policy=adapter.name)
         return upstream
@@ -328,11 +324,12 @@ class VLLMPolicy:
         """Serve the learner's current weights as the next policy version."""
         self.start()
         started = time.perf_counter()
-        self._push(self.policy_version + 1)
+        self.push_version(self.policy_version + 1)
         self.policy_version += 1
         self.push_seconds.append(time.perf_counter() - started)
 
-    def _push(self, version: int) -> None:
+    def push_version(self, version: int) -> None:
+        """Serve the learner's current weights as ``version`` (again, after a checkpoint is loaded)."""
         self.start()
         if self.lora is not None:
             folder = self.work_dir / self.serving.adapter_name(version)
@@ -343,198 +340,3 @@ class VLLMPolicy:
             self.model.save_pretrained(folder, safe_serialization=True)
             self.tokenizer.save_pretrained(folder)
             self.serving.push_full(version, folder)
-
-
-class VLLMGRPO(GRPO):
-    """:class:`~relight_torch.GRPO` (or REINFORCE++) with the policy served by vLLM.
-
-    Truncated importance sampling corrects every sample, not only stale ones: vLLM samples in bfloat16
-    with its own kernels, so the recorded logprobs are never the learner's (see ``logprob_delta_*`` and
-    ``tis_clipped_fraction`` in the metrics).
-
-    With several policies (:meth:`set_policies`, which ``relight.Trainer(policies=...)`` calls), each
-    trained policy has its own LoRA adapter, optimizer (AdamW state and step count), version and
-    checkpoint folder; an update splits the batch by ``Transition.policy`` and runs GRPO on each
-    policy's transitions alone (its own groups, flat-group skipping and advantage normalisation). A
-    policy with no transitions or no signal in a batch keeps its adapter and its version. Metrics are
-    per policy, ``"<metric>/<policy>"``; :attr:`policy_version` is then the sum of the policies'
-    versions (it rises whenever any policy's does), :attr:`policy_versions` each one.
-
-    Args:
-        policy: What is trained and where it is served.
-        live_updates: Update while the policy serves calls, which asynchronous training
-            (``Trainer(max_staleness=k)``) then does without pausing the gateway. True only with LoRA:
-            the learner never trains what vLLM serves (vLLM holds its own copy), and a push loads the new
-            adapter beside the old one, so a call finishes on the adapter it started on (its span records
-            that version) while new calls go to the new one. A full-weight reload replaces the weights under
-            every call in flight, so it is always done with the gateway paused.
-        options: :class:`~relight_torch.GRPO`'s (``lr``, ``clip``, ``tis_cap``, …).
-    """
-
-    engine_numerics_differ = True
-
-    def __init__(self, policy: VLLMPolicy, *, live_updates: bool = False, **options: Any) -> None:
-        if options.get("learner_process"):
-            raise ValueError("VLLMGRPO trains beside the server: learner_process does not apply")
-        if live_updates and policy.lora is None:
-            raise ValueError(
-                "live_updates=True needs LoRA (VLLMPolicy(lora=LoraOptions(...))): a full-weight reload replaces "
-                "the weights under the calls in flight, so it is done with the gateway paused"
-            )
-        self.policy = policy
-        super().__init__(policy, **options)  # type: ignore[arg-type]  # VLLMPolicy has what GRPO uses of an engine
-        self.live_updates = live_updates
-        self.learners: dict[str, Learner] = {}
-        """One learner per trained policy (empty for a single policy, trained by :attr:`learner`)."""
-        self._unloaded: Path | None = None
-
-    @contextmanager
-    def changing_weights(self) -> Iterator[None]:
-        """Around an update: the learner's model is trained in place (vLLM serves its own copy), then pushed."""
-        with self.policy.updating_weights():
-            yield
-
-    # -- several policies ------------------------------------------------------------------------
-
-    def set_policies(self, policies: Mapping[str, Policy]) -> None:  # type: ignore[override]
-        """Train one LoRA adapter per policy (a frozen one is served, never trained). ``relight.Trainer(policies=...)``
-        calls it before the server starts and before a checkpoint is loaded."""
-        self.policy.add_policies({name: policy.frozen for name, policy in policies.items()})
-        for name, adapter in self.policy.adapters.items():
-            if not adapter.frozen and name not in self.learners:
-                self.learners[name] = Learner(
-                    self.policy.model,
-                    pad_id=self.policy.pad_id,
-                    parameters=self.policy.adapter_parameters(name),
-                    **self.learner_options,
-                )
-        if self._unloaded is not None:  # a checkpoint was loaded before the policies were known
-            directory, self._unloaded = self._unloaded, None
-            self.load(directory)
-
-    @property
-    def policy_versions(self) -> dict[str, int]:
-        """Each policy's version; empty with a single policy."""
-        return self.policy.policy_versions
-
-    @property
-    def policy_version(self) -> int:
-        if self.policy.adapters:
-            return sum(self.policy.policy_versions.values())
-        return self.policy.policy_version
-
-    def learn(self, transitions: Sequence[Transition]) -> dict[str, float]:
-        if not self.learners:
-            return super().learn(transitions)
-        mine = self._by_policy(transitions)
-        if not any(mine.values()):
-            raise ValueError(
-                f"none of the {len(transitions)} transitions has response tokens and a trained policy "
-                f"({', '.join(self.learners)}) to train"
-            )
-        metrics: dict[str, float] = {}
-        for name, learner in self.learners.items():
-            own = mine[name]
-            if own:
-                with self.policy.training(name):
-                    learned = self.learn_with(
-                        own,
-                        learner,
-                        self.policy.adapters[name].version,
-                        functools.partial(self.policy.updating_policy, name),
-                    )
-                learned["reward"] = statistics.fmean(t.reward for t in own)
-            else:
-                learned = {"update_skipped": 1.0}
-            learned |= {"transitions": float(len(own)), "policy_version": float(self.policy.adapters[name].version)}
-            metrics |= {f"{key}/{name}": value for key, value in learned.items()}
-        if all(metrics.get(f"update_skipped/{name}") for name in self.learners):
-            metrics["update_skipped"] = 1.0
-        return metrics
-
-    def advantages(self, transitions: Sequence[Transition]) -> list[float]:
-        if not self.learners:
-            return super().advantages(transitions)
-        found: dict[int, float] = {}
-        for own in self._by_policy(transitions).values():
-            for transition, sample in zip(own, self.samples(own), strict=True):
-                found[id(transition)] = sample.advantage
-        return [found.get(id(t), 0.0) for t in transitions]
-
-    def _by_policy(self, transitions: Sequence[Transition]) -> dict[str, list[Transition]]:
-        """Each trained policy's transitions that have response tokens, in order."""
-        mine: dict[str, list[Transition]] = {name: [] for name in self.learners}
-        for transition in transitions:
-            if transition.policy in mine and transition.response_token_ids:
-                mine[transition.policy].append(transition)
-        return mine
-
-    # -- serving and checkpoints -------------------------------------------------------------------
-
-    def upstreams(self) -> Sequence[UpstreamTarget | VLLMUpstream]:  # type: ignore[override]
-        return [self.policy.start()]
-
-    def save(self, directory: Path) -> None:
-        """The adapter (or weights), optimizer, version and RNG; with several policies, one folder each
-        (``policies/<name>/``: the adapter in peft's format and that policy's ``trainer_state.pt``)."""
-        directory.mkdir(parents=True, exist_ok=True)
-        if self.policy.adapters:
-            for name, adapter in self.policy.adapters.items():
-                folder = directory / "policies" / name
-                self.policy.save_adapter(name, folder / "adapter")
-                learner = self.learners.get(name)
-                state = {"learner": learner.state_dict() if learner else None, "policy_version": adapter.version}
-                torch.save(state, folder / "trainer_state.pt")
-            shared = {"policies": list(self.policy.adapters), "rng": self.rng.getstate()}
-            torch.save(shared, directory / "trainer_state.pt")
-            return
-        self.policy.model.save_pretrained(directory / "policy")
-        state = {
-            "learner": self.learner.state_dict(),
-            "policy_version": self.policy_version,
-            "rng": self.rng.getstate(),
-        }
-        torch.save(state, directory / "trainer_state.pt")
-
-    def load(self, directory: Path) -> None:
-        state = torch.load(directory / "trainer_state.pt", weights_only=False)
-        if "policies" in state:
-            self._load_policies(directory, state)
-            return
-        weights = directory / "policy"
-        if self.policy.lora is not None:
-            from peft import set_peft_model_state_dict
-            from safetensors.torch import load_file
-
-            set_peft_model_state_dict(self.policy.model, load_file(weights / "adapter_model.safetensors"))
-        else:
-            loaded = AutoModelForCausalLM.from_pretrained(weights, dtype=torch.float32)
-            self.policy.model.load_state_dict(loaded.state_dict())
-        self.learner.load_state_dict(state["learner"])
-        self.rng.setstate(state["rng"])
-        self.policy.policy_version = int(state["policy_version"])
-        if self.policy.serving.started and self.policy.policy_version > 0:
-            self.policy._push(self.policy.policy_version)
-
-    def _load_policies(self, directory: Path, state: dict[str, Any]) -> None:
-        """Every policy's adapter, optimizer and version from :meth:`save`'s ``policies/`` folders."""
-        if not self.policy.adapters:  # resumed before the trainer named the policies: finish in set_policies
-            self._unloaded = directory
-            return
-        saved = list(state["policies"])
-        if sorted(saved) != sorted(self.policy.adapters):
-            raise ValueError(f"the checkpoint {directory} holds the policies {saved}, not {list(self.policy.adapters)}")
-        for name, adapter in self.policy.adapters.items():
-            folder = directory / "policies" / name
-            own = torch.load(folder / "trainer_state.pt", weights_only=False)
-            self.policy.load_adapter(name, folder / "adapter")
-            learner = self.learners.get(name)
-            if learner is not None and own["learner"] is not None:
-                learner.load_state_dict(own["learner"])
-            adapter.version = int(own["policy_version"])
-            if self.policy.serving.started and adapter.version > 0:
-                self.policy._push_adapter(adapter, adapter.version)
-        self.rng.setstate(state["rng"])
-
-    def close(self) -> None:
-        self.policy.close()
