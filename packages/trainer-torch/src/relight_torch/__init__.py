@@ -9,6 +9,8 @@ or :class:`SFT` over relight's transitions; each implements :class:`relight.Algo
     engine = TorchEngine.from_pretrained("path/to/model")
     relight.Trainer(algorithm=GRPO(engine, lr=2e-4)).fit(agent, train_tasks, val_tasks)
 
+For a real model where vLLM is installed, :mod:`relight_torch.vllm` serves the policy with vLLM instead
+(``VLLMGRPO(VLLMPolicy(folder))``); ``TorchEngine`` serves the tiny model, tests and machines without vLLM.
 ``python -m relight_torch.demo`` trains a tool-using calculator agent from scratch in minutes.
 
 The package is grouped by concept: :mod:`relight_torch.engine` (serving), :mod:`relight_torch.learner`
