@@ -17,7 +17,7 @@ SOURCE = Path(relight.__file__).parent
 
 LAYERS: list[set[str]] = [
     {"errors", "semconv"},
-    {"records", "hookspecs", "engine", "agent", "policies", "_internal"},
+    {"records", "hookspecs", "engine", "agent", "policies", "_internal", "chat"},
     {"summaries", "algorithm"},
     {"store"},
     {"plugins", "stores"},

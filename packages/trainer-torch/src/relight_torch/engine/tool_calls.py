@@ -1,6 +1,7 @@
 """Tool calls in the hermes format: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``.
 
-This is what Qwen, Hermes and the tiny model's template write, so a completion's text turns into
+This is what Qwen, Hermes and the tiny model's template write (and what the core's renderer,
+:mod:`relight.chat`, writes for a template that renders no tool calls), so a completion's text turns into
 OpenAI ``tool_calls`` by finding these blocks. A block whose JSON does not parse, or that names
 no tool, stays in the text: the agent sees what the model wrote, and RL learns from it.
 """
@@ -10,14 +11,12 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from typing import Any
-
 from pydantic import JsonValue
+
+from relight.chat import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, arguments_as_objects
 
 __all__ = ["TOOL_CALL_CLOSE", "TOOL_CALL_OPEN", "arguments_as_objects", "parse_tool_calls"]
 
-TOOL_CALL_OPEN = "<tool_call>"
-TOOL_CALL_CLOSE = "</tool_call>"
 _BLOCK = re.compile(re.escape(TOOL_CALL_OPEN) + r"(.*?)" + re.escape(TOOL_CALL_CLOSE), re.DOTALL)
 
 
@@ -47,25 +46,3 @@ def parse_tool_calls(text: str) -> tuple[str, list[dict[str, JsonValue]]]:
 
     rest = _BLOCK.sub(take, text)
     return rest.strip() if calls else text, calls
-
-
-def arguments_as_objects(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Messages with each tool call's JSON-string ``arguments`` decoded, as Hugging Face templates expect."""
-    converted: list[dict[str, Any]] = []
-    for message in messages:
-        calls = message.get("tool_calls")
-        if calls:
-            message = {**message, "tool_calls": [_decoded(call) for call in calls]}
-        converted.append(message)
-    return converted
-
-
-def _decoded(call: dict[str, Any]) -> dict[str, Any]:
-    function = call.get("function")
-    if not isinstance(function, dict) or not isinstance(function.get("arguments"), str):
-        return call
-    try:
-        arguments = json.loads(function["arguments"])
-    except json.JSONDecodeError:
-        return call
-    return {**call, "function": {**function, "arguments": arguments}}
