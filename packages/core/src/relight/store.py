@@ -27,9 +27,11 @@ from relight.records import (
 )
 from relight.summaries import SummaryFilter, SummaryPage
 
-__all__ = ["DEFAULT_LEASE_SECONDS", "Store"]
+__all__ = ["DEFAULT_LEASE_SECONDS", "MAX_LEASE_SECONDS", "Store"]
 
 DEFAULT_LEASE_SECONDS = 30.0
+MAX_LEASE_SECONDS = 7 * 24 * 3600.0
+"""The longest lease a worker may take: beyond it an attempt of a dead worker would in effect never expire."""
 
 
 @runtime_checkable
@@ -119,6 +121,15 @@ class Store(Protocol):
         offset: int = 0,
     ) -> list[Rollout]:
         """Rollouts in the order they were enqueued."""
+        ...
+
+    async def update_metadata(self, rollout_id: str, metadata: Mapping[str, JsonValue]) -> Rollout:
+        """Merge ``metadata`` into the rollout's (a key given replaces the stored value; the others stay) and
+        return the rollout.
+
+        For what is learned about a rollout after it was queued or recorded, such as the traces an imported
+        session gathers as they arrive. Nothing else about a rollout changes this way.
+        """
         ...
 
     async def list_summaries(

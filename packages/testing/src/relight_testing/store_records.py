@@ -163,3 +163,28 @@ class RecordConformance:
         assert await store.list_rollouts() == []
         stats = await store.stats()
         assert (stats.rollouts_by_status, stats.attempts_by_status) == ({}, {})
+
+    async def test_metadata_learned_later_is_merged_into_the_rollout(self, store: Store) -> None:
+        ((rollout, attempt),) = await store.record_rollouts(
+            _requests("ro-m", metadata={"source": "otlp", "trace_ids": ["t1"]}), worker_id="importer"
+        )
+        (other,) = await store.enqueue(_requests("ro-q", metadata={"step": 3}))
+        seen = (await store.list_summaries(limit=1)).changed
+        updated = await store.update_metadata(rollout.rollout_id, {"trace_ids": ["t1", "t2"], "note": None})
+        assert updated.metadata == {"source": "otlp", "trace_ids": ["t1", "t2"], "note": None}
+        assert updated.model_dump(exclude={"metadata"}) == rollout.model_dump(exclude={"metadata"})
+        assert await store.get_rollout(rollout.rollout_id) == updated
+        assert await store.get_rollout(other.rollout_id) == other
+        (summary,) = (await store.list_summaries(SummaryFilter(changed_after=seen))).rows
+        assert summary.rollout == updated
+        await store.finish_attempt(rollout.rollout_id, attempt.attempt_id, AttemptStatus.SUCCEEDED)
+        finished = await store.update_metadata(rollout.rollout_id, {"trace_ids": ["t1", "t2", "t3"]})
+        assert (finished.status, finished.metadata["trace_ids"]) == (RolloutStatus.SUCCEEDED, ["t1", "t2", "t3"])
+
+    async def test_metadata_of_an_unknown_rollout_or_not_json_is_refused(self, store: Store) -> None:
+        with pytest.raises(NotFoundError):
+            await store.update_metadata("no-such-rollout", {"a": 1})
+        ((rollout, _),) = await store.record_rollouts(_requests("ro-n", metadata={"a": 1}), worker_id="importer")
+        with pytest.raises(ConfigError, match=r"metadata\.b"):
+            await store.update_metadata(rollout.rollout_id, {"b": math.inf})
+        assert (await store.get_rollout(rollout.rollout_id)).metadata == {"a": 1}

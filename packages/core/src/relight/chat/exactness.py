@@ -101,7 +101,7 @@ def retokenize(
     problems += _not_text(messages, answer)
     if not listed and _uses_tools([*messages, answer]):
         problems.append(
-            Mismatch(Inexact.TOOLS_MISSING, "the call made or answered tool calls but its record has no tool definitions")
+            Mismatch(Inexact.TOOLS_MISSING, "the call made or answered tool calls but its record holds no tools")
         )
     prompt_text = render_text(tokenizer, messages, tools=listed, add_generation_prompt=True)
     whole_text = render_text(tokenizer, [*messages, answer], tools=listed)
@@ -109,17 +109,17 @@ def retokenize(
         prompt_ids, response_ids = assistant_turn(tokenizer, messages, answer, tools=listed)
     except ValueError:
         problems.append(
-            Mismatch(Inexact.PROMPT_NOT_PREFIX, "the template renders the conversation differently once the answer follows it")
+            Mismatch(Inexact.PROMPT_NOT_PREFIX, "the template renders the history differently once the answer follows")
         )
         prompt_ids = render(tokenizer, messages, tools=listed, add_generation_prompt=True)
-        reply_text = text_of(answer.get("content")) + "".join(
-            json.dumps(_function(call)) for call in _calls(answer)
-        )
+        reply_text = text_of(answer.get("content")) + "".join(json.dumps(_function(call)) for call in _calls(answer))
         response_ids = _encode(tokenizer, reply_text)
     else:
         reply_text = whole_text[len(prompt_text) :] if whole_text.startswith(prompt_text) else ""
         if _decode(tokenizer, prompt_ids) != prompt_text or _decode(tokenizer, response_ids) != reply_text:
-            problems.append(Mismatch(Inexact.NOT_REVERSIBLE, "the tokenizer does not decode its ids back to the rendered text"))
+            problems.append(
+                Mismatch(Inexact.NOT_REVERSIBLE, "the tokenizer does not decode its ids to the rendered text")
+            )
     problems += _missing_texts(messages, prompt_text)
     problems += _missing_texts([answer], reply_text, answer=True)
     problems += _missing_calls(messages, prompt_text, "message")
@@ -131,7 +131,7 @@ def retokenize(
     ]
     if truncated:
         problems.append(
-            Mismatch(Inexact.TRUNCATED, "the answer stopped at its token limit; its rendering ends the turn as the model did not")
+            Mismatch(Inexact.TRUNCATED, "the answer stopped at its token limit, yet its rendering ends the turn")
         )
     return Retokenized(prompt_ids, response_ids, tuple(problems))
 
@@ -205,9 +205,8 @@ def _missing_calls(messages: Sequence[Mapping[str, Any]], rendered: str, what: s
             keys = [str(k) for k in cast(dict[str, Any], arguments)] if isinstance(arguments, dict) else []
             if name not in rendered or not all(_quoted(key) in rendered or json.dumps(key) in rendered for key in keys):
                 label = what if what == "the answer" else f"{what} {index}"
-                found.append(
-                    Mismatch(Inexact.TOOL_CALLS_NOT_RENDERED, f"{label}'s call of {name!r} does not appear in the rendered tokens")
-                )
+                detail = f"{label}'s call of {name!r} does not appear in the rendered tokens"
+                found.append(Mismatch(Inexact.TOOL_CALLS_NOT_RENDERED, detail))
     return found
 
 

@@ -16,6 +16,7 @@ templates that do not render tool calls themselves, and relight-torch's engine p
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
@@ -56,10 +57,8 @@ def normal_tool(tool: Mapping[str, Any]) -> dict[str, Any]:
     for key in _FUNCTION_FIELDS:
         value = function.get(key)
         if key == "parameters" and isinstance(value, str):
-            try:
+            with contextlib.suppress(ValueError):
                 value = json.loads(value)
-            except ValueError:
-                pass
         if value not in (None, "", {}):
             normal[key] = value
     return {"type": "function", "function": normal}

@@ -141,7 +141,9 @@ TOOLS_PROMPT = (
 """The system message's account of the tools, for a template that renders none."""
 
 
-def _tools_in_system_message(messages: list[dict[str, Any]], tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def _tools_in_system_message(
+    messages: list[dict[str, Any]], tools: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
     """The tools described in the system message (added before the first message if there is none)."""
     listed = TOOLS_PROMPT.format(tools="\n".join(json.dumps(dict(tool)) for tool in tools))
     if messages and messages[0].get("role") == "system":

@@ -10,7 +10,14 @@
   ``traceloop.span.kind`` and ``traceloop.entity.name``.
 
 Each is read into one :class:`CallText`: OpenAI chat messages (what relight's gateway records and
-what chat templates render), so a call means the same to relight whichever library traced it.
+what chat templates render) and tools in OpenAI's function shape (:func:`relight.chat.normal_tools`),
+so a call means the same to relight whichever library traced it. GenAI events sent as OTLP log records
+(the conventions' per-message events and ``gen_ai.client.inference.operation.details``) are read
+like span events once the receiver has joined them to their span.
+
+What the trace does not hold is said, never guessed: a message whose text was not recorded (content
+capture off, a redacted value) or a tool call without its arguments is listed in
+:attr:`CallText.missing_text`, and stands in the messages with empty text.
 """
 
 from __future__ import annotations
@@ -22,12 +29,18 @@ from typing import Any, cast
 
 from pydantic import JsonValue
 
+from relight.chat import normal_tools
+
 __all__ = ["CallText", "SpanEvent", "agent_name", "call_text", "is_llm_call", "is_tool_call"]
 
 Message = dict[str, Any]
 
 _LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content", "completion"})
 _AGENT_OPERATIONS = frozenset({"invoke_agent", "create_agent"})
+_OPERATION_DETAILS = "gen_ai.client.inference.operation.details"
+"""The GenAI conventions' event holding a whole call (messages, tools) as attributes."""
+REDACTED = "__REDACTED__"
+"""What OpenInference writes in place of a text its ``OPENINFERENCE_HIDE_*`` settings hide."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +66,9 @@ class CallText:
     finish_reasons: list[str] = field(default_factory=list[str])
     input_tokens: int | None = None
     output_tokens: int | None = None
+    missing_text: list[str] = field(default_factory=list[str])
+    """Each piece of the call whose text the trace does not hold: ``input message 1 (user)``, ``the answer``,
+    ``the arguments of input message 2's call of 'search'``."""
 
 
 def is_llm_call(attributes: Mapping[str, JsonValue]) -> bool:
@@ -115,10 +131,38 @@ def call_text(attributes: Mapping[str, JsonValue], events: Sequence[SpanEvent] =
     )
     reasons = flat.get("gen_ai.response.finish_reasons")
     if isinstance(reasons, list) and not text.finish_reasons:
-        text.finish_reasons = [str(reason) for reason in reasons]
+        text.finish_reasons = [str(reason) for reason in cast(list[JsonValue], reasons)]
     if not text.tools:
         text.tools = _tool_definitions(flat)
+    text.tools = normal_tools(text.tools)
+    _settle(text)
     return text
+
+
+def _settle(text: CallText) -> None:
+    """List what the trace left out, and give it the empty text templates expect (see :attr:`CallText.missing_text`)."""
+    text.missing_text = []
+    for label, message in [
+        *((f"input message {i}", m) for i, m in enumerate(text.input_messages)),
+        *(("the answer", m) for m in text.output_messages[:1]),
+    ]:
+        role = message.get("role")
+        calls = cast(list[Message], message.get("tool_calls") or [])
+        content = message.get("content")
+        if content is None or content == REDACTED:
+            if calls and role == "assistant" and content is None:
+                message["content"] = ""
+            else:
+                text.missing_text.append(label if label == "the answer" else f"{label} ({role})")
+                message["content"] = ""
+        for call in calls:
+            function = cast(Message, call.get("function") or {})
+            if function.get("arguments") is None:
+                text.missing_text.append(f"the arguments of {label}'s call of {function.get('name')!r}")
+                function["arguments"] = "{}"
+    for message in text.output_messages[1:]:
+        if message.get("content") is None:
+            message["content"] = ""
 
 
 # -- OpenTelemetry GenAI semantic conventions ---------------------------------------------------------
@@ -146,6 +190,9 @@ def _gen_ai(flat: dict[str, JsonValue], events: Sequence[SpanEvent]) -> CallText
                     text.finish_reasons.append(reason)
     if not text.input_messages and not text.output_messages:
         _gen_ai_events(text, events)
+    for event in events:
+        if event.name == _OPERATION_DETAILS and not text.tools:
+            text.tools = _tool_definitions(dict(event.attributes))
     return text
 
 
@@ -171,10 +218,14 @@ def _semconv_message(message: dict[str, Any]) -> Message:
             result["role"] = "tool"
             result["tool_call_id"] = part.get("id")
             response = part.get("response")
-            texts.append(response if isinstance(response, str) else json.dumps(response))
+            if response is not None:
+                texts.append(response if isinstance(response, str) else json.dumps(response))
         else:
             other.append(part)
-    result["content"] = "".join(texts) if not other else [{"type": "text", "text": t} for t in texts] + other
+    if other:
+        result["content"] = [{"type": "text", "text": t} for t in texts] + other
+    else:
+        result["content"] = "".join(texts) if texts else None
     if calls:
         result["tool_calls"] = calls
     if message.get("name"):
@@ -183,10 +234,16 @@ def _semconv_message(message: dict[str, Any]) -> Message:
 
 
 def _gen_ai_events(text: CallText, events: Sequence[SpanEvent]) -> None:
-    """The conventions' earlier form: one span event per message (or two events holding JSON)."""
+    """The conventions' events: one per message (as span events or log records), two holding JSON, or one whole call."""
     for event in events:
         attributes = event.attributes
-        if event.name == "gen_ai.content.prompt":
+        if event.name == _OPERATION_DETAILS:
+            details = _gen_ai(dict(attributes), ())
+            if details.input_messages or details.output_messages:
+                text.input_messages += details.input_messages
+                text.output_messages += details.output_messages
+                text.finish_reasons += details.finish_reasons
+        elif event.name == "gen_ai.content.prompt":
             prompt = _json(attributes.get("gen_ai.prompt"))
             if isinstance(prompt, list):
                 text.input_messages += [
@@ -213,7 +270,8 @@ def _gen_ai_events(text: CallText, events: Sequence[SpanEvent]) -> None:
         elif event.name == "gen_ai.choice":
             body = _json(attributes.get("message"))
             message = cast(dict[str, Any], body) if isinstance(body, dict) else {"content": _event_content(attributes)}
-            choice: Message = {"role": "assistant", "content": message.get("content") or ""}
+            content = message.get("content")
+            choice: Message = {"role": "assistant", "content": content if isinstance(content, str) else None}
             if message.get("tool_calls"):
                 choice["tool_calls"] = [
                     _openai_tool_call(cast(Message, c))
@@ -225,9 +283,10 @@ def _gen_ai_events(text: CallText, events: Sequence[SpanEvent]) -> None:
                 text.finish_reasons.append(str(attributes["finish_reason"]))
 
 
-def _event_content(attributes: Mapping[str, JsonValue]) -> str:
+def _event_content(attributes: Mapping[str, JsonValue]) -> str | None:
+    """An event's text; None when it holds none (content capture off)."""
     content = attributes.get("content")
-    return content if isinstance(content, str) else "" if content is None else json.dumps(content)
+    return content if isinstance(content, str) else None if content is None else json.dumps(content)
 
 
 # -- OpenInference --------------------------------------------------------------------------------------
@@ -242,13 +301,16 @@ def _openinference(flat: dict[str, JsonValue]) -> CallText:
         for entry in _indexed(flat, "llm.tools.")
         if isinstance(schema := _json(entry.get("tool.json_schema")), dict)
     ]
+    output = _json(flat.get("output.value")) if flat.get("output.mime_type") == "application/json" else None
+    if isinstance(output, dict) and isinstance(answer_id := cast(dict[str, Any], output).get("id"), str):
+        text.response_id = answer_id
     return text
 
 
 def _openinference_message(entry: dict[str, JsonValue]) -> Message:
-    message: Message = {"role": str(entry.get("message.role", "user")), "content": entry.get("message.content") or ""}
-    if not message["content"]:
-        parts = _nested_list(entry, "message.contents.")
+    message: Message = {"role": str(entry.get("message.role", "user")), "content": entry.get("message.content")}
+    parts = _nested_list(entry, "message.contents.")
+    if message["content"] is None and parts:
         texts = [str(p.get("message_content.text", "")) for p in parts if p.get("message_content.type") == "text"]
         message["content"] = "".join(texts)
     calls = _nested_list(entry, "message.tool_calls.")
@@ -289,7 +351,7 @@ def _openllmetry(flat: dict[str, JsonValue]) -> CallText:
 
 
 def _openllmetry_message(entry: dict[str, JsonValue], default_role: str = "user") -> Message:
-    message: Message = {"role": str(entry.get("role", default_role)), "content": entry.get("content") or ""}
+    message: Message = {"role": str(entry.get("role", default_role)), "content": entry.get("content")}
     calls = _nested_list(entry, "tool_calls.")
     if calls:
         message["tool_calls"] = [_tool_call(c.get("id"), c.get("name"), c.get("arguments")) for c in calls]
@@ -307,8 +369,9 @@ def _tool_definitions(flat: dict[str, JsonValue]) -> list[Message]:
 
 
 def _tool_call(call_id: Any, name: Any, arguments: Any) -> Message:
-    """An OpenAI tool call; arguments as the JSON text OpenAI sends, however the dialect stored them."""
-    text = arguments if isinstance(arguments, str) else json.dumps(arguments if arguments is not None else {})
+    """An OpenAI tool call; arguments as the JSON text OpenAI sends, however the dialect stored them (None: not
+    recorded, see :func:`_settle`)."""
+    text = arguments if isinstance(arguments, str) or arguments is None else json.dumps(arguments)
     return {"id": call_id, "type": "function", "function": {"name": str(name or ""), "arguments": text}}
 
 

@@ -10,10 +10,9 @@ from pydantic import JsonValue
 
 from relight.errors import ConfigError, InvalidStateError, LeaseLostError, NotFoundError, StoreError
 from relight.records import Attempt, AttemptStatus, Rollout, RolloutRequest, RolloutStatus, Span, new_id
+from relight.store import MAX_LEASE_SECONDS
 from relight.summaries import SummaryFilter
 
-MAX_LEASE_SECONDS = 7 * 24 * 3600.0
-"""The longest lease a worker may take: beyond it an attempt of a dead worker would in effect never expire."""
 MAX_INTEGER = 2**63 - 1
 """The largest count, offset or version the store takes (what SQLite and PostgreSQL can hold)."""
 CLIENT_STATUSES = frozenset(
@@ -28,6 +27,12 @@ def check_lease_seconds(lease_seconds: float) -> float:
             f"lease_seconds must be a positive number of seconds up to {MAX_LEASE_SECONDS:.0f}, got {lease_seconds!r}"
         )
     return lease_seconds
+
+
+def with_metadata(rollout: Rollout, metadata: Mapping[str, JsonValue]) -> Rollout:
+    """``rollout`` with ``metadata`` merged into its own (see :meth:`relight.store.Store.update_metadata`)."""
+    check_finite(dict(metadata), "metadata")
+    return rollout.model_copy(update={"metadata": {**rollout.metadata, **metadata}})
 
 
 def check_page(limit: int | None, offset: int) -> None:

@@ -173,6 +173,13 @@ class InMemoryStore:
         self._changes.notify()
         return [self._rollouts[rid] for rid in rollout_ids]
 
+    async def update_metadata(self, rollout_id: str, metadata: Mapping[str, JsonValue]) -> Rollout:
+        self._check_open()
+        rollout = self._rollouts[rollout_id] = _rules.with_metadata(self._get(rollout_id), metadata)
+        self._touch(rollout_id)
+        self._changes.notify()
+        return rollout
+
     async def wait(self, rollout_ids: Sequence[str], *, timeout: float | None = None) -> list[Rollout]:
         self._check_open()
         for rollout_id in rollout_ids:

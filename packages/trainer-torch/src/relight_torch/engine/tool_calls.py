@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
+
 from pydantic import JsonValue
 
 from relight.chat import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, arguments_as_objects

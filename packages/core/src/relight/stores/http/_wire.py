@@ -86,6 +86,11 @@ class CancelBody(_Body):
     rollout_ids: list[str]
 
 
+class MetadataBody(_Body):
+    rollout_id: str
+    metadata: dict[str, JsonValue]
+
+
 class WaitBody(_Body):
     rollout_ids: list[str]
     timeout: float | None = Field(default=None, ge=0)

@@ -62,6 +62,7 @@ from relight.stores.http._wire import (
     EnqueueBody,
     FinishBody,
     HeartbeatBody,
+    MetadataBody,
     PublishBody,
     RecordBody,
     SummariesBody,
@@ -211,6 +212,11 @@ class HttpStore:
 
     async def cancel(self, rollout_ids: Sequence[str]) -> list[Rollout]:
         return ROLLOUTS.validate_json(await self._post("/cancel", CancelBody(rollout_ids=list(rollout_ids))))
+
+    async def update_metadata(self, rollout_id: str, metadata: Mapping[str, JsonValue]) -> Rollout:
+        _rules.check_finite(dict(metadata), "metadata")
+        body = MetadataBody(rollout_id=rollout_id, metadata=dict(metadata))
+        return Rollout.model_validate_json(await self._post("/metadata", body))
 
     async def wait(self, rollout_ids: Sequence[str], *, timeout: float | None = None) -> list[Rollout]:
         deadline = deadline_after(timeout)

@@ -57,6 +57,7 @@ from relight.stores.http._wire import (
     EnqueueBody,
     FinishBody,
     HeartbeatBody,
+    MetadataBody,
     PublishBody,
     RecordBody,
     SummariesBody,
@@ -171,6 +172,10 @@ def _routes(store: Store, max_poll_seconds: float) -> APIRouter:  # noqa: C901 (
     @api.post("/cancel")
     async def cancel(body: CancelBody) -> Response:
         return _reply(ROLLOUTS.dump_json(await store.cancel(body.rollout_ids)))
+
+    @api.post("/metadata")
+    async def update_metadata(body: MetadataBody) -> Response:
+        return _reply((await store.update_metadata(body.rollout_id, body.metadata)).model_dump_json())
 
     @api.post("/wait")
     async def wait(body: WaitBody, request: Request) -> Response:

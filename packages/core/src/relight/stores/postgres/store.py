@@ -284,6 +284,14 @@ class PostgresStore:
 
         return await self._db.transact(run)
 
+    async def update_metadata(self, rollout_id: str, metadata: Mapping[str, JsonValue]) -> Rollout:
+        async def run(tx: Tx) -> Rollout:
+            rollout = _rules.with_metadata(await _rows.get_rollout(tx.conn, rollout_id, lock=True), metadata)
+            await _rows.save_rollout(tx, rollout)
+            return rollout
+
+        return await self._db.transact(run)
+
     async def wait(self, rollout_ids: Sequence[str], *, timeout: float | None = None) -> list[Rollout]:
         rollout_ids = list(rollout_ids)
 

@@ -245,6 +245,14 @@ class SqliteStore:
 
         return await self._write(job)
 
+    async def update_metadata(self, rollout_id: str, metadata: Mapping[str, JsonValue]) -> Rollout:
+        def job(tx: Tx) -> Rollout:
+            rollout = _rules.with_metadata(_rows.get_rollout(tx.conn, rollout_id), metadata)
+            _rows.save_rollout(tx, rollout)
+            return rollout
+
+        return await self._write(job)
+
     async def wait(self, rollout_ids: Sequence[str], *, timeout: float | None = None) -> list[Rollout]:
         rollout_ids = list(rollout_ids)
         # A look follows every change, so it must cost what changed, not the batch (a trainer waits on
