@@ -268,10 +268,16 @@ def retokenizer() -> TemplateRetokenizer:
     return TemplateRetokenizer(tiny_tokenizer())
 
 
-def imported(server: AsgiServer, store: Store, retokenizer: TemplateRetokenizer, trace_id: str) -> ImportedRollout:
+def imported(
+    server: AsgiServer,
+    store: Store,
+    retokenizer: TemplateRetokenizer,
+    trace_id: str,
+    builder: relight.TransitionBuilder | None = None,
+) -> ImportedRollout:
     async def judge() -> ImportedRollout:
         (rollout,) = [r for r in await store.list_rollouts() if r.rollout_id == f"otlp-{trace_id}"]
-        (result,) = await explain_imported(store, relight.TransitionBuilder(), retokenizer, [rollout])
+        (result,) = await explain_imported(store, builder or relight.TransitionBuilder(), retokenizer, [rollout])
         return result
 
     return server.call(judge())
@@ -352,19 +358,27 @@ def test_exported_traces_become_rollouts_and_retokenized_transitions(
             transitions[0].response_token_ids
         )
 
-        # The handoff trace: the image the template cannot render is marked, not dropped; the failed call is told.
+        # The handoff trace: the image the template cannot render, and the handoff called with no tool
+        # definitions in the trace, make inexact calls: left out with the reason, not dropped silently;
+        # a builder told to keep them trains them, noted. The failed call is told.
         handed = imported(server, store, retokenizer, agents)
         assert handed.reward == 0.5
+        left_out = {call.role: call for call in handed.verdict.calls if call.reason is Reason.INEXACT}
+        assert set(left_out) == {"Triage", "Weather"}
+        assert "tools_missing" in left_out["Triage"].detail
+        assert "uri content a text template cannot render" in left_out["Weather"].detail
+        handed = imported(server, store, retokenizer, agents, relight.TransitionBuilder(include_inexact=True))
         trained = {call.role: call for call in handed.verdict.calls if call.trained}
         assert set(trained) == {"Triage", "Weather"}
         weather = trained["Weather"].transition
         assert weather is not None
         assert weather.metadata["retokenized_exact"] is False
         assert "uri content a text template cannot render" in str(weather.metadata["retokenized_mismatch"])
+        assert weather.metadata["retokenized_reasons"] == ["content_not_text"]
         assert Note.INEXACT in trained["Weather"].notes
         triage = trained["Triage"].transition
         assert triage is not None
-        assert triage.metadata["retokenized_exact"] is True
+        assert triage.metadata["retokenized_reasons"] == ["tools_missing"]
         assert triage.reward == weather.reward == 0.5
         assert (
             tokenizer.decode(triage.prompt_token_ids)
@@ -419,9 +433,16 @@ def test_traces_become_sft_data_that_relight_torch_trains_on(
     assert record["reward"] == 1.0
     assert record["tools"] == TOOLS
 
-    # A reward given afterwards (a reward function's verdict) reaches the unrewarded call's export.
+    # The agents trace's calls are inexact (an image, a handoff without tool definitions): left out and counted,
+    # unless asked for. A reward given afterwards (a reward function's verdict) reaches the unrewarded call's export.
     all_path = tmp_path / "all.jsonl"
+    capsys.readouterr()
     assert main(["export", "--store", store_url, "--format", "chat", "-o", str(all_path)]) == 0
+    said = capsys.readouterr().err
+    assert "wrote 2 conversation(s); calls left out:" in said
+    assert "1 inexact (content_not_text)" in said and "1 inexact (tools_missing)" in said and "1 failed call" in said
+    chat = ["export", "--store", store_url, "--format", "chat", "--include-inexact"]
+    assert main([*chat, "-o", str(all_path)]) == 0
     rewards = {json.loads(line)["role"]: json.loads(line)["reward"] for line in all_path.read_text().splitlines()}
     assert rewards == {"researcher": 1.0, "writer": 1.0, "Triage": 0.5, "Weather": 0.5}
 
@@ -433,7 +454,7 @@ def test_traces_become_sft_data_that_relight_torch_trains_on(
             await opened.close()
 
     asyncio.run(reward_again())
-    assert main(["export", "--store", store_url, "--format", "chat", "--role", "Weather", "-o", str(all_path)]) == 0
+    assert main([*chat, "--role", "Weather", "-o", str(all_path)]) == 0
     assert json.loads(all_path.read_text())["reward"] == 0.75
 
     # relight-torch's SFT reads the file as it reads any conversations, and learns from it.
@@ -451,14 +472,17 @@ def test_traces_become_sft_data_that_relight_torch_trains_on(
     capsys.readouterr()
     assert main(["export", "--store", store_url, "-o", str(tmp_path / "none.jsonl")]) == 0
     said = capsys.readouterr().err
-    assert "wrote 0 transition(s); calls left out: 4 no token ids, 1 failed call" in said
+    assert "wrote 0 transition(s); calls left out: 2 no token ids, 2 inexact tokens, 1 failed call" in said
     assert "pass --tokenizer MODEL to retokenize them" in said
 
     # Transitions with token ids, retokenized by the tokenizer saved as a model folder.
     folder = tmp_path / "tokenizer"
     retokenizer.tokenizer.save_pretrained(folder)
     transitions_path = tmp_path / "transitions.jsonl"
-    assert main(["export", "--store", store_url, "--tokenizer", str(folder), "-o", str(transitions_path)]) == 0
+    retokenize = ["export", "--store", store_url, "--tokenizer", str(folder), "-o", str(transitions_path)]
+    assert main(retokenize) == 0
+    assert sorted(t.role or "" for t in read_jsonl(transitions_path)) == ["researcher", "writer"]
+    assert main([*retokenize, "--include-inexact"]) == 0
     transitions = read_jsonl(transitions_path)
     assert sorted(t.role or "" for t in transitions) == ["Triage", "Weather", "researcher", "writer"]
     assert all(t.retokenized and t.response_logprobs is None for t in transitions)

@@ -179,12 +179,14 @@ def test_a_trace_becomes_a_rollout_and_later_spans_join_it(served: tuple[AsgiSer
     assert not ExportTraceServiceResponse.FromString(response.content).HasField("partial_success")
     later = ExportTraceServiceRequest()
     _span(later, "1111111111111111", **{"app.reward": 1.0})  # the root, exported after its children
-    _span(later, "2222222222222222", trace="6" * 32)  # a trace with no LLM call: not stored
+    _span(later, "2222222222222222", trace="6" * 32)  # a trace with no LLM call yet: kept, waiting for one
     answer = ExportTraceServiceResponse.FromString(
         _post(server, later.SerializeToString(), "application/x-protobuf").content
     )
-    assert answer.partial_success.rejected_spans == 1
-    (rollout,) = server.call(store.list_rollouts())
+    assert not answer.HasField("partial_success")
+    rollout, waiting = server.call(store.list_rollouts())
+    assert (waiting.rollout_id, waiting.status) == (f"otlp-{'6' * 32}", RolloutStatus.RUNNING)
+    assert [span.span_id for span in server.call(store.query_spans(waiting.rollout_id))] == ["2222222222222222"]
     assert rollout.rollout_id == f"otlp-{TRACE}"
     assert rollout.status is RolloutStatus.SUCCEEDED
     assert rollout.metadata["source"] == "otlp"
@@ -286,10 +288,21 @@ def test_a_session_attribute_groups_traces_into_one_rollout() -> None:
         assert _post(server, later.SerializeToString(), "application/x-protobuf").status_code == 200
         (rollout,) = server.call(store.list_rollouts())
         assert rollout.rollout_id == "otlp-session-conversation-7"
-        assert rollout.metadata["trace_ids"] == ["1" * 32]
-        spans = server.call(store.query_spans(rollout.rollout_id))
-        assert {span.span_id for span in spans} == {"00f067aa0ba902b7", "1111111111111111", "2222222222222222"}
-        assert {span.trace_id for span in spans} == {"1" * 32, "2" * 32}
+        assert rollout.metadata["trace_ids"] == ["1" * 32, "2" * 32]  # the second came in an export of its own
+    # A receiver started afresh on the same store still knows where the second trace went.
+    with AsgiServer(create_otlp_app(store, ImportOptions(session_attribute="session.id"))) as restarted:
+        latest = ExportTraceServiceRequest()
+        _span(latest, "3333333333333333", trace="2" * 32)
+        assert _post(restarted, latest.SerializeToString(), "application/x-protobuf").status_code == 200
+        (rollout,) = restarted.call(store.list_rollouts())
+        spans = restarted.call(store.query_spans(rollout.rollout_id))
+    assert [span.span_id for span in spans] == [
+        "00f067aa0ba902b7",
+        "1111111111111111",
+        "2222222222222222",
+        "3333333333333333",
+    ]
+    assert {span.trace_id for span in spans} == {"1" * 32, "2" * 32}
 
 
 def test_relight_otlp_serve_receives_until_terminated(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ hold everything the call recorded: its text, its tool calls, its tool results an
 The core never imports ``transformers``: the caller passes a tokenizer (:class:`ChatTokenizer`).
 """
 
-from relight.chat.exactness import Inexact, Mismatch, Retokenized, retokenize
+from relight.chat.exactness import Inexact, Mismatch, Retokenized, recorded_mismatches, retokenize
 from relight.chat.normal import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, arguments_as_objects, normal_tool, normal_tools
 from relight.chat.render import ChatTokenizer, assistant_turn, assistant_turns, render, render_text
 
@@ -25,6 +25,7 @@ __all__ = [
     "assistant_turns",
     "normal_tool",
     "normal_tools",
+    "recorded_mismatches",
     "render",
     "render_text",
     "retokenize",

@@ -20,7 +20,7 @@ from typing import Any, cast
 from relight.chat.normal import normal_tools, text_of
 from relight.chat.render import ChatTokenizer, assistant_turn, render, render_text
 
-__all__ = ["Inexact", "Mismatch", "Retokenized", "retokenize"]
+__all__ = ["Inexact", "Mismatch", "Retokenized", "recorded_mismatches", "retokenize"]
 
 
 class Inexact(StrEnum):
@@ -96,13 +96,8 @@ def retokenize(
         truncated: the answer stopped at its token limit (finish reason ``length``).
         known: mismatches the caller found in the record itself (text it lacks), listed first.
     """
-    problems = list(known)
     listed = normal_tools(tools)
-    problems += _not_text(messages, answer)
-    if not listed and _uses_tools([*messages, answer]):
-        problems.append(
-            Mismatch(Inexact.TOOLS_MISSING, "the call made or answered tool calls but its record holds no tools")
-        )
+    problems = [*known, *recorded_mismatches(messages, answer, listed)]
     prompt_text = render_text(tokenizer, messages, tools=listed, add_generation_prompt=True)
     whole_text = render_text(tokenizer, [*messages, answer], tools=listed)
     try:
@@ -134,6 +129,18 @@ def retokenize(
             Mismatch(Inexact.TRUNCATED, "the answer stopped at its token limit, yet its rendering ends the turn")
         )
     return Retokenized(prompt_ids, response_ids, tuple(problems))
+
+
+def recorded_mismatches(
+    messages: Sequence[Mapping[str, Any]], answer: Mapping[str, Any], tools: Sequence[Mapping[str, Any]] | None
+) -> list[Mismatch]:
+    """What makes a call inexact whatever the tokenizer: content no text template renders, tool calls without tools."""
+    problems = _not_text(messages, answer)
+    if not tools and _uses_tools([*messages, answer]):
+        problems.append(
+            Mismatch(Inexact.TOOLS_MISSING, "the call made or answered tool calls but its record holds no tools")
+        )
+    return problems
 
 
 def _not_text(messages: Sequence[Mapping[str, Any]], answer: Mapping[str, Any]) -> list[Mismatch]:

@@ -33,6 +33,13 @@ def add_builder_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="failed rollouts' last attempts count too (default: as the run did)",
     )
+    parser.add_argument(
+        "--include-inexact",
+        action="store_true",
+        default=None,
+        help="calls whose token ids are not exactly the call (text, tool calls or tools missing) count too; by "
+        "default they are left out and counted (default: as the run did)",
+    )
 
 
 async def builder_for(store: Store, args: argparse.Namespace, **options: float | str) -> TransitionBuilder:
@@ -42,9 +49,18 @@ async def builder_for(store: Store, args: argparse.Namespace, **options: float |
     include_failed = (
         args.include_failed if args.include_failed is not None else (run is not None and run.include_failed)
     )
+    include_inexact = (
+        args.include_inexact if args.include_inexact is not None else (run is not None and run.include_inexact)
+    )
     # The run's policies judge as the run did, unless --role asks for one role filter instead.
     policies = run.policies if run is not None and args.role is None else None
-    return TransitionBuilder(roles=roles, policies=policies, include_failed=include_failed, **options)  # pyright: ignore[reportArgumentType]
+    return TransitionBuilder(
+        roles=roles,
+        policies=policies,
+        include_failed=include_failed,
+        include_inexact=include_inexact,
+        **options,  # pyright: ignore[reportArgumentType]
+    )
 
 
 def verdict_tree(verdict: RolloutVerdict) -> Tree:

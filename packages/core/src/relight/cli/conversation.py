@@ -39,6 +39,10 @@ def print_conversations(console: Console, attempts: Sequence[Attempt], spans: Se
                 console.print(f"[red]error: {escape(span.status_message or '')}[/]")
             for message in _messages(span.attributes.get(semconv.GEN_AI_OUTPUT_MESSAGES)):
                 _print_message(console, message, answer=True)
+            if isinstance(cause := span.attributes.get(semconv.IMPORT_MISSING_TEXT_CAUSE), str):
+                lacking = span.attributes.get(semconv.IMPORT_MISSING_TEXT)
+                what = ", ".join(map(str, cast(list[Any], lacking))) if isinstance(lacking, list) else "its messages"
+                console.print(f"[yellow]text missing: {escape(what)}: {escape(cause)}[/]", soft_wrap=True)
 
 
 def _messages(text: Any) -> list[dict[str, Any]]:

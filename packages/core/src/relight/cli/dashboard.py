@@ -51,6 +51,12 @@ def register(add_command: AddCommand) -> None:
         help="judge failed rollouts as trained too (default: as the run did)",
     )
     parser.add_argument(
+        "--include-inexact",
+        action="store_true",
+        default=None,
+        help="judge calls whose token ids are not exactly the call as trained too (default: as the run did)",
+    )
+    parser.add_argument(
         "--tokenizer",
         metavar="PATH",
         help="a Hugging Face tokenizer folder to decode token ids with (needs transformers); by default the "
@@ -67,8 +73,14 @@ def register(add_command: AddCommand) -> None:
 def serve_dashboard(args: argparse.Namespace) -> int:
     """Serve until SIGINT (Ctrl-C) or SIGTERM, then stop and close the store; exit status 0."""
     url = store_url(args)
-    amended = args.role is not None or args.include_failed is not None
-    builder = TransitionBuilder(roles=args.role, include_failed=bool(args.include_failed)) if amended else None
+    amended = args.role is not None or args.include_failed is not None or args.include_inexact is not None
+    builder = (
+        TransitionBuilder(
+            roles=args.role, include_failed=bool(args.include_failed), include_inexact=bool(args.include_inexact)
+        )
+        if amended
+        else None
+    )
     console = Console()
 
     async def serve() -> None:

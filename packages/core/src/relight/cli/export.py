@@ -10,7 +10,6 @@ import argparse
 import json
 import sys
 from collections.abc import Iterable
-from dataclasses import replace
 from typing import IO
 
 from rich.console import Console
@@ -77,32 +76,54 @@ def export(args: argparse.Namespace) -> int:
     builder, judged, trained = with_store(args, build)
     verdicts = [item.verdict for item in judged]
     destination: IO[str] | str = sys.stdout if args.out == "-" else args.out
-    if args.format == "chat":
-        records = chat_records(judged, roles=builder.roles, min_reward=args.min_reward)
-        count = _write_records(records, destination)
-        what = "conversation(s)"
-    else:
-        transitions = (t for item in judged for t in item.transitions)
-        count = write_jsonl(_rewarded(transitions, args.min_reward), destination)
-        what = "transition(s)"
-    if args.format == "chat":  # conversations need text, not token ids
-        verdicts = [replace(v, calls=[c for c in v.calls if c.reason is not Reason.NO_TOKEN_IDS]) for v in verdicts]
-    reasons = left_out(verdicts)
     console = Console(stderr=True)
+    if args.format == "chat":  # conversations need text, not token ids: the chat export judges the text
+        chats = chat_records(
+            judged, roles=builder.roles, min_reward=args.min_reward, include_inexact=builder.include_inexact
+        )
+        count = _write_records(chats.records, destination)
+        reasons = ", ".join(f"{n} {why}" for why, n in chats.skipped.most_common())
+        console.print(
+            f"wrote {count} conversation(s)" + (f"; calls left out: {reasons}" if reasons else ""),
+            highlight=False,
+            soft_wrap=True,
+        )
+        _explain_inexact(console, verdicts)
+        return 0
+    transitions = (t for item in judged for t in item.transitions)
+    count = write_jsonl(_rewarded(transitions, args.min_reward), destination)
+    reasons = left_out(verdicts)
     console.print(
-        f"wrote {count} {what}"
+        f"wrote {count} transition(s)"
         + (f"; calls left out: {reasons}" if reasons else "")
         + (f"; {training_summary(trained)}" if trained else ""),
         highlight=False,
         soft_wrap=True,
     )
-    if (
-        args.format == "transitions"
-        and retokenizer is None
-        and any(item.verdict.rollout.metadata.get("source") == SOURCE for item in judged)
+    _explain_inexact(console, verdicts)
+    if retokenizer is None and any(
+        call.reason is Reason.NO_TOKEN_IDS
+        for item in judged
+        if item.verdict.rollout.metadata.get("source") == SOURCE
+        for call in item.verdict.calls
     ):
         console.print("imported traces carry no token ids: pass --tokenizer MODEL to retokenize them", highlight=False)
     return 0
+
+
+def _explain_inexact(console: Console, verdicts: Iterable[RolloutVerdict], examples: int = 3) -> None:
+    """Why calls were left out as inexact, each distinct reason once with how many calls and an example call."""
+    seen: dict[str, list[str]] = {}
+    for verdict in verdicts:
+        for call in verdict.calls:
+            if call.reason is Reason.INEXACT:
+                seen.setdefault(call.detail, []).append(f"{verdict.rollout.rollout_id} span {call.span.span_id}")
+    for detail, calls in list(seen.items())[:examples]:
+        console.print(f"  {len(calls)} inexact: {detail} (e.g. {calls[0]})", highlight=False, soft_wrap=True)
+    if len(seen) > examples:
+        console.print(
+            f"  … and {len(seen) - examples} other reason(s); relight show ROLLOUT_ID says each", highlight=False
+        )
 
 
 async def _explain(store: Store, builder: TransitionBuilder, rollout: Rollout) -> ImportedRollout:

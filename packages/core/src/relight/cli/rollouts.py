@@ -22,6 +22,8 @@ from relight.cli._common import (
 )
 from relight.cli._verdicts import add_builder_options, builder_for, verdict_tree
 from relight.cli.conversation import print_conversations
+from relight.otlp.importer import SOURCE
+from relight.otlp.transitions import prepare_spans
 from relight.records import Attempt, Mode, Rollout, RolloutStatus, Span, SpanKind
 from relight.store import Store
 from relight.summaries import SummaryFilter
@@ -107,6 +109,7 @@ def show_rollout(args: argparse.Namespace) -> int:
         return rollout, attempts, spans, await builder_for(store, args)
 
     rollout, attempts, spans, builder = with_store(args, read)
+    judged = prepare_spans(spans, None) if rollout.metadata.get("source") == SOURCE else spans
     if args.json:
         print_json(
             {
@@ -118,10 +121,10 @@ def show_rollout(args: argparse.Namespace) -> int:
         return 0
     console = output_console()
     if args.text:
-        print_conversations(console, attempts, spans)
+        print_conversations(console, attempts, judged)
     else:
         console.print(rollout_tree(rollout, attempts, spans, full=not console.is_terminal))
-    console.print(verdict_tree(builder.explain_spans(rollout, attempts, spans)))
+    console.print(verdict_tree(builder.explain_spans(rollout, attempts, judged)))
     return 0
 
 

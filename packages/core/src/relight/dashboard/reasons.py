@@ -14,7 +14,8 @@ belong to trained roles; where it does not hold the counts may differ. Two thing
 only the spans tell: a call that no update has used yet (``not in an update``: the run stopped
 first) and a group without signal inside an attempt whose other groups were learned from
 (grouping by role) count here as trained, and so does a call its role's policy did not serve
-(``served by another policy``). A rollout's own page judges its spans, exactly.
+(``served by another policy``) or whose retokenized ids are not exactly the call (``inexact tokens``,
+decided by rendering it). A rollout's own page judges its spans, exactly.
 """
 
 from __future__ import annotations
@@ -137,7 +138,7 @@ def reason_filter(reason: Reason, builder: TransitionBuilder, roles: set[str]) -
         case Reason.FILTERED_ROLE | Reason.NO_POLICY | Reason.FROZEN_POLICY:
             refused = refused_roles(roles, builder, reason)
             return SummaryFilter(statuses=trained, mode=Mode.TRAIN, roles=refused) if refused else NOTHING
-        case Reason.RETRIED_ATTEMPT | Reason.OTHER_POLICY:
+        case Reason.RETRIED_ATTEMPT | Reason.OTHER_POLICY | Reason.INEXACT:
             return NOTHING
 
 

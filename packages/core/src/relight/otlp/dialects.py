@@ -31,7 +31,7 @@ from pydantic import JsonValue
 
 from relight.chat import normal_tools
 
-__all__ = ["CallText", "SpanEvent", "agent_name", "call_text", "is_llm_call", "is_tool_call"]
+__all__ = ["HIDDEN", "REDACTED", "CallText", "SpanEvent", "agent_name", "call_text", "is_llm_call", "is_tool_call"]
 
 Message = dict[str, Any]
 
@@ -41,6 +41,8 @@ _OPERATION_DETAILS = "gen_ai.client.inference.operation.details"
 """The GenAI conventions' event holding a whole call (messages, tools) as attributes."""
 REDACTED = "__REDACTED__"
 """What OpenInference writes in place of a text its ``OPENINFERENCE_HIDE_*`` settings hide."""
+HIDDEN = ", hidden by its tracer"
+"""The end of a :attr:`CallText.missing_text` entry whose text the tracer replaced by a placeholder."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,11 +152,10 @@ def _settle(text: CallText) -> None:
         calls = cast(list[Message], message.get("tool_calls") or [])
         content = message.get("content")
         if content is None or content == REDACTED:
-            if calls and role == "assistant" and content is None:
-                message["content"] = ""
-            else:
-                text.missing_text.append(label if label == "the answer" else f"{label} ({role})")
-                message["content"] = ""
+            if not (calls and role == "assistant" and content is None):
+                entry = label if label == "the answer" else f"{label} ({role})"
+                text.missing_text.append(entry + (HIDDEN if content == REDACTED else ""))
+            message["content"] = ""
         for call in calls:
             function = cast(Message, call.get("function") or {})
             if function.get("arguments") is None:
@@ -239,48 +240,47 @@ def _gen_ai_events(text: CallText, events: Sequence[SpanEvent]) -> None:
         attributes = event.attributes
         if event.name == _OPERATION_DETAILS:
             details = _gen_ai(dict(attributes), ())
-            if details.input_messages or details.output_messages:
-                text.input_messages += details.input_messages
-                text.output_messages += details.output_messages
-                text.finish_reasons += details.finish_reasons
-        elif event.name == "gen_ai.content.prompt":
-            prompt = _json(attributes.get("gen_ai.prompt"))
-            if isinstance(prompt, list):
-                text.input_messages += [
-                    _semconv_message(cast(Message, m)) for m in cast(list[Any], prompt) if isinstance(m, dict)
-                ]
-        elif event.name == "gen_ai.content.completion":
-            completion = _json(attributes.get("gen_ai.completion"))
-            if isinstance(completion, list):
-                text.output_messages += [
-                    _semconv_message(cast(Message, m)) for m in cast(list[Any], completion) if isinstance(m, dict)
-                ]
+            text.input_messages += details.input_messages
+            text.output_messages += details.output_messages
+            text.finish_reasons += details.finish_reasons
+        elif event.name in {"gen_ai.content.prompt", "gen_ai.content.completion"}:
+            key = "gen_ai.prompt" if event.name == "gen_ai.content.prompt" else "gen_ai.completion"
+            listed = _json(attributes.get(key))
+            if isinstance(listed, list):
+                read = [_semconv_message(cast(Message, m)) for m in cast(list[Any], listed) if isinstance(m, dict)]
+                (text.input_messages if key == "gen_ai.prompt" else text.output_messages).extend(read)
         elif event.name in {"gen_ai.system.message", "gen_ai.user.message", "gen_ai.assistant.message"}:
-            message: Message = {"role": event.name.split(".")[1], "content": _event_content(attributes)}
-            calls = _json(attributes.get("tool_calls"))
-            if isinstance(calls, list) and calls:
-                message["tool_calls"] = [
-                    _openai_tool_call(cast(Message, c)) for c in cast(list[Any], calls) if isinstance(c, dict)
-                ]
-            text.input_messages.append(message)
+            text.input_messages.append(_message_event(event))
         elif event.name == "gen_ai.tool.message":
             text.input_messages.append(
                 {"role": "tool", "content": _event_content(attributes), "tool_call_id": attributes.get("id")}
             )
         elif event.name == "gen_ai.choice":
-            body = _json(attributes.get("message"))
-            message = cast(dict[str, Any], body) if isinstance(body, dict) else {"content": _event_content(attributes)}
-            content = message.get("content")
-            choice: Message = {"role": "assistant", "content": content if isinstance(content, str) else None}
-            if message.get("tool_calls"):
-                choice["tool_calls"] = [
-                    _openai_tool_call(cast(Message, c))
-                    for c in cast(list[Any], message["tool_calls"])
-                    if isinstance(c, dict)
-                ]
-            text.output_messages.append(choice)
+            text.output_messages.append(_choice_event(attributes))
             if isinstance(attributes.get("finish_reason"), str):
                 text.finish_reasons.append(str(attributes["finish_reason"]))
+
+
+def _message_event(event: SpanEvent) -> Message:
+    message: Message = {"role": event.name.split(".")[1], "content": _event_content(event.attributes)}
+    calls = _json(event.attributes.get("tool_calls"))
+    if isinstance(calls, list) and calls:
+        message["tool_calls"] = [
+            _openai_tool_call(cast(Message, c)) for c in cast(list[Any], calls) if isinstance(c, dict)
+        ]
+    return message
+
+
+def _choice_event(attributes: Mapping[str, JsonValue]) -> Message:
+    body = _json(attributes.get("message"))
+    message = cast(dict[str, Any], body) if isinstance(body, dict) else {"content": _event_content(attributes)}
+    content = message.get("content")
+    choice: Message = {"role": "assistant", "content": content if isinstance(content, str) else None}
+    if message.get("tool_calls"):
+        choice["tool_calls"] = [
+            _openai_tool_call(cast(Message, c)) for c in cast(list[Any], message["tool_calls"]) if isinstance(c, dict)
+        ]
+    return choice
 
 
 def _event_content(attributes: Mapping[str, JsonValue]) -> str | None:
@@ -301,6 +301,8 @@ def _openinference(flat: dict[str, JsonValue]) -> CallText:
         for entry in _indexed(flat, "llm.tools.")
         if isinstance(schema := _json(entry.get("tool.json_schema")), dict)
     ]
+    if isinstance(reason := flat.get("llm.finish_reason"), str):
+        text.finish_reasons.append(reason)
     output = _json(flat.get("output.value")) if flat.get("output.mime_type") == "application/json" else None
     if isinstance(output, dict) and isinstance(answer_id := cast(dict[str, Any], output).get("id"), str):
         text.response_id = answer_id

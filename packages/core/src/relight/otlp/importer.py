@@ -1,66 +1,105 @@
-"""Foreign GenAI spans into relight's store: one rollout per trace (or per session), every attribute kept.
+"""Foreign GenAI spans and events into relight's store: one rollout per trace (or per session), nothing dropped.
 
 Each span is stored with all of its original attributes, its resource's (``relight.otlp.resource``),
 its instrumentation scope (``relight.otlp.scope``) and its events (``relight.otlp.events``). An LLM
 call, in whichever dialect (:mod:`relight.otlp.dialects`), also gets what relight's gateway would have
-recorded: ``relight.span.kind = llm`` and the call's messages as OpenAI chat messages in
-``gen_ai.input.messages``/``gen_ai.output.messages`` (an original value that differs is kept under
-``relight.original.<name>``), and ``relight.import.missing`` lists what the trace could not say:
-``token_ids``, ``logprobs`` and ``policy_version`` always (nothing outside relight records them),
-the messages or the response id when absent. A tool span gets ``relight.span.kind = tool``.
+recorded: ``relight.span.kind = llm``, the call's messages as OpenAI chat messages in
+``gen_ai.input.messages``/``gen_ai.output.messages`` and its tools in OpenAI's function shape in
+``gen_ai.tool.definitions`` (an original value that differs is kept under ``relight.original.<name>``),
+and ``relight.import.missing`` lists what the trace could not say: ``token_ids``, ``logprobs`` and
+``policy_version`` always (nothing outside relight records them), the messages, their text
+(``relight.import.missing_text`` says which, ``relight.import.missing_text.cause`` why) or the response
+id when absent. A tool span gets ``relight.span.kind = tool``.
+
+GenAI events sent as OTLP log records (``/v1/logs``: the conventions' per-message events, or one
+``gen_ai.client.inference.operation.details`` per call) are stored beside the spans of their trace, each
+as a span named after its event whose parent is the span it was emitted in (``relight.otlp.log.event``
+names the event, ``relight.otlp.log.body`` holds its body). They are joined to their call when the
+call is read (:func:`relight.otlp.transitions.prepare_spans`), whichever arrived first.
+
+A trace's rollout forms when its first span or event arrives. Until its first LLM call it is
+*waiting*: running under the worker ``relight-otlp`` (never queued, so no runner claims it), its spans
+kept in the store; the call ends it succeeded. So spans that end before the first model call (a
+retriever, a tool), or come in another export than the rest of their trace, are never lost, a
+restart of the receiver included. A trace whose spans name a session (``session_attribute``) joins the
+session's rollout; a waiting rollout of that trace moves there (its spans copied, itself cancelled,
+its metadata's ``moved_to`` naming the session's rollout), and the session's metadata lists every
+trace it gathered. A trace whose rollout id is taken by a rollout the importer did not make is
+refused (:class:`TraceConflictError`).
 
 A reward is taken only from the trace: a span attribute or span event the user names becomes a
 reward span (kind ``reward``) beside the span that held it, so credit assignment reads it like a
 reward the agent returned. Without one, the rollout has no reward until :func:`add_reward` gives it one.
-
-Rollouts are recorded as work that ran elsewhere (:meth:`relight.store.Store.record_rollouts`):
-each is stored running under the worker ``relight-otlp``, never queued, its spans added and its
-attempt then finished as succeeded. So traces can go into any store, the one a training run uses
-included, while runners claim exactly the rollouts queued for them. Spans of a trace that arrive in
-a later export join the rollout their trace already formed; a trace whose rollout id is taken by a
-rollout the importer did not make is refused (:class:`TraceConflictError`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
-from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+import logging
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
+import orjson
 from pydantic import JsonValue, ValidationError
 
 from relight import semconv
 from relight.errors import InvalidStateError, NotFoundError
-from relight.otlp.decode import ForeignSpan, OtlpBodyError
-from relight.otlp.dialects import call_text, is_llm_call, is_tool_call
-from relight.records import AttemptStatus, Mode, RolloutRequest, Span, SpanKind
-from relight.store import Store
+from relight.otlp.decode import ForeignLog, ForeignSpan, OtlpBodyError
+from relight.otlp.dialects import HIDDEN, CallText, SpanEvent, call_text, is_llm_call, is_tool_call
+from relight.records import AttemptStatus, Mode, Rollout, RolloutRequest, RolloutStatus, Span, SpanKind
+from relight.store import MAX_LEASE_SECONDS, Store
 
 __all__ = [
     "IMPORT_WORKER",
+    "LOG_BODY",
+    "LOG_EVENT",
+    "MOVED_TO",
     "ImportOptions",
     "ImportResult",
+    "ImportStats",
+    "Refusal",
     "TraceConflictError",
     "TraceImporter",
     "add_reward",
-    "map_spans",
+    "derive_call",
+    "log_event",
+    "session_rollout_id",
+    "trace_rollout_id",
 ]
+
+logger = logging.getLogger(__name__)
 
 IMPORT_WORKER = "relight-otlp"
 """The worker id the importer records its rollouts' attempts under."""
 SOURCE = "otlp"
 """``metadata["source"]`` of an imported rollout."""
+MOVED_TO = "moved_to"
+"""``metadata`` key of a waiting trace rollout whose spans moved to its session's rollout: that rollout's id."""
 MISSING = semconv.IMPORT_MISSING
 DIALECT = semconv.IMPORT_DIALECT
 RESOURCE = "relight.otlp.resource"
 SCOPE = "relight.otlp.scope"
 EVENTS = "relight.otlp.events"
+LOG_EVENT = "relight.otlp.log.event"
+"""On a span holding a log record: the record's event name."""
+LOG_BODY = "relight.otlp.log.body"
+"""On a span holding a log record: the record's body, as plain JSON."""
 ORIGINAL = "relight.original."
 _PENDING = "pending"
-_REMEMBERED_TRACES = 100_000
+_SESSION_PREFIX = "otlp-session-"
+_MESSAGE_KEYS = ("input_messages", "output_messages", "message_text")
+
+
+def trace_rollout_id(trace_id: str) -> str:
+    return f"otlp-{trace_id}"
+
+
+def session_rollout_id(session: str) -> str:
+    return f"{_SESSION_PREFIX}{session}"
 
 
 class TraceConflictError(InvalidStateError):
@@ -91,60 +130,396 @@ class ImportOptions:
     mode: Mode = Mode.TRAIN
 
 
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Something an export held that was not stored, and why."""
+
+    what: str
+    reason: str
+
+
 @dataclass(slots=True)
 class ImportResult:
     """What one export request did to the store."""
 
     spans: int = 0
+    log_records: int = 0
     new_rollouts: list[str] = field(default_factory=list[str])
-    rejected_spans: int = 0
-    """Spans of traces that held no LLM call (and joined no earlier one): not stored."""
+    refused: list[Refusal] = field(default_factory=list[Refusal])
+
+    def summary(self) -> str:
+        """The refusals in one line, for OTLP's ``partialSuccess.errorMessage``: each reason with its count and
+        first examples."""
+        by_reason: dict[str, list[str]] = {}
+        for refusal in self.refused:
+            by_reason.setdefault(refusal.reason, []).append(refusal.what)
+        return "; ".join(
+            f"{len(whats)} {reason} (" + ", ".join(whats[:3]) + (", …" if len(whats) > 3 else "") + ")"
+            for reason, whats in by_reason.items()
+        )
 
 
 @dataclass(slots=True)
-class _Group:
-    rollout_id: str
-    group_id: str | None
-    trace_ids: list[str]
-    spans: list[Span]
+class ImportStats:
+    """What the importer did since it started, for the receiver's log and ``/stats``."""
+
+    spans: int = 0
+    log_records: int = 0
+    rollouts: int = 0
+    """Rollouts formed (a trace's or a session's)."""
+    moved: int = 0
+    """Waiting trace rollouts whose spans moved to their session's rollout."""
+    sessions_named_late: int = 0
+    """Traces whose spans named a session after the trace had formed a rollout of its own with an LLM call:
+    they stay in the trace's rollout."""
+    refused: Counter[str] = field(default_factory=Counter[str])
+    """Log records (or spans) not stored, by reason."""
+    metric_points: int = 0
+    """Metric data points received (answered, counted, not kept: relight trains on traces)."""
+
+
+@dataclass(slots=True)
+class _Trace:
+    """One trace's part of an export, before it is given a rollout."""
+
+    trace_id: str
+    session: str | None = None
+    group_id: str | None = None
+    spans: list[Span] = field(default_factory=list[Span])
 
     @property
     def has_llm_call(self) -> bool:
         return any(span.kind is SpanKind.LLM for span in self.spans)
 
 
-def map_spans(foreign: Sequence[ForeignSpan], options: ImportOptions) -> list[_Group]:
-    """Spans grouped into rollouts and mapped to relight's attributes, before any store is touched.
+@dataclass(slots=True)
+class _Target:
+    """What an export adds to one rollout."""
 
-    Raises:
-        OtlpBodyError: a span's attributes cannot be stored (the message names the span).
-    """
-    sessions: dict[str, str] = {}
-    if options.session_attribute:
+    rollout_id: str
+    traces: list[_Trace] = field(default_factory=list[_Trace])
+    moves: list[str] = field(default_factory=list[str])
+    """Waiting trace rollouts whose spans move here."""
+    rollout: Rollout | None = None
+    attempt_id: str | None = None
+    new: bool = False
+
+    @property
+    def spans(self) -> list[Span]:
+        return [span for trace in self.traces for span in trace.spans]
+
+    @property
+    def has_llm_call(self) -> bool:
+        return any(trace.has_llm_call for trace in self.traces)
+
+    @property
+    def group_id(self) -> str | None:
+        return next((trace.group_id for trace in self.traces if trace.group_id is not None), None)
+
+
+class TraceImporter:
+    """Writes exported spans and events into ``store``, one export request at a time."""
+
+    def __init__(self, store: Store, options: ImportOptions | None = None) -> None:
+        self.store = store
+        self.options = options or ImportOptions()
+        self.stats = ImportStats()
+        self._lock = asyncio.Lock()
+        self._session_of_trace: dict[str, str] = {}
+        """The session rollout each trace joined, as the store's session rollouts list them (read once, then kept)."""
+        self._sessions_read = False
+
+    async def add(self, foreign: Sequence[ForeignSpan]) -> ImportResult:
+        """Map and store one request's spans; a bad span refuses the whole request before any write.
+
+        Raises:
+            OtlpBodyError: a span cannot be stored, or was already received with different content.
+            TraceConflictError: a trace's rollout id is taken by a rollout the importer did not make.
+        """
+        traces = self._traces_of_spans(foreign)
+        async with self._lock:
+            result = await self._store(traces)
+        result.spans = sum(len(t.spans) for t in traces)
+        self.stats.spans += result.spans
+        return result
+
+    async def add_logs(self, records: Sequence[ForeignLog]) -> ImportResult:
+        """Store one request's GenAI events beside the spans of their traces; any other log record is refused,
+        named, and counted (it belongs to no call, or is no GenAI event).
+
+        Raises:
+            OtlpBodyError: a record cannot be stored, or was already received with different content.
+            TraceConflictError: a trace's rollout id is taken by a rollout the importer did not make.
+        """
+        refused: list[Refusal] = []
+        traces: dict[str, _Trace] = {}
+        for record in records:
+            if record.trace_id is None or record.span_id is None:
+                refused.append(Refusal(f"log record {record.where}", "log record(s) without a trace and span id"))
+            elif not record.event_name.startswith("gen_ai."):
+                refused.append(
+                    Refusal(
+                        f"log record {record.where} ({record.event_name or 'no event name'})",
+                        "log record(s) that are no GenAI event (relight keeps gen_ai.* events)",
+                    )
+                )
+            else:
+                trace = traces.setdefault(record.trace_id, _Trace(record.trace_id))
+                trace.session = trace.session or self._session_of(record.attributes, record.resource)
+                trace.spans.append(_log_span(record))
+        async with self._lock:
+            result = await self._store(list(traces.values()))
+        result.log_records = sum(len(t.spans) for t in traces.values())
+        result.refused += refused
+        self.stats.log_records += result.log_records
+        self.stats.refused.update(refusal.reason for refusal in refused)
+        if refused:
+            logger.warning("relight: OTLP log records not stored: %s", result.summary())
+        return result
+
+    # -- from an export to traces ---------------------------------------------------------------------
+
+    def _traces_of_spans(self, foreign: Sequence[ForeignSpan]) -> list[_Trace]:
+        traces: dict[str, _Trace] = {}
         for span in foreign:
-            value = span.attributes.get(options.session_attribute, span.resource.get(options.session_attribute))
-            if value is not None and span.trace_id not in sessions:
-                sessions[span.trace_id] = str(value)
-    groups: dict[str, _Group] = {}
-    for span in foreign:
-        session = sessions.get(span.trace_id)
-        rollout_id = f"otlp-session-{session}" if session is not None else f"otlp-{span.trace_id}"
-        group = groups.setdefault(rollout_id, _Group(rollout_id, None, [], []))
-        if span.trace_id not in group.trace_ids:
-            group.trace_ids.append(span.trace_id)
-        if options.group_attribute and group.group_id is None:
-            value = span.attributes.get(options.group_attribute, span.resource.get(options.group_attribute))
-            group.group_id = str(value) if value is not None else None
+            trace = traces.setdefault(span.trace_id, _Trace(span.trace_id))
+            trace.session = trace.session or self._session_of(span.attributes, span.resource)
+            if self.options.group_attribute and trace.group_id is None:
+                value = span.attributes.get(
+                    self.options.group_attribute, span.resource.get(self.options.group_attribute)
+                )
+                trace.group_id = str(value) if value is not None else None
+            try:
+                trace.spans += _relight_spans(span, self.options)
+            except ValidationError as error:
+                raise OtlpBodyError(f"span {span.span_id} of trace {span.trace_id} cannot be stored: {error}") from None
+        return list(traces.values())
+
+    def _session_of(self, attributes: Mapping[str, JsonValue], resource: Mapping[str, JsonValue]) -> str | None:
+        name = self.options.session_attribute
+        if not name:
+            return None
+        value = attributes.get(name, resource.get(name))
+        return str(value) if value is not None else None
+
+    # -- from traces to rollouts ----------------------------------------------------------------------
+
+    async def _store(self, traces: Sequence[_Trace]) -> ImportResult:
+        result = ImportResult()
+        if not traces:
+            return result
+        for last_look in (False, True):
+            targets = await self._targets(traces)
+            for target in targets.values():
+                await self._check_no_conflict(target)
+            try:
+                await self._record([t for t in targets.values() if t.rollout is None])
+                break
+            except InvalidStateError as error:
+                # Another client of the store (a second receiver) made one of them since the look:
+                # nothing was recorded, and a second look joins the spans to what it made.
+                if last_look:
+                    raise TraceConflictError(
+                        f"{error}: another client of the store made it while these traces were being imported"
+                    ) from error
+        for target in targets.values():
+            await self._write(target, result)
+        return result
+
+    async def _targets(self, traces: Sequence[_Trace]) -> dict[str, _Target]:
+        """Each trace's rollout (existing or to record), and the waiting trace rollouts that move into a session's."""
+        targets: dict[str, _Target] = {}
+        for trace in traces:
+            placed = await self._look_up(trace.trace_id)
+            rollout_id = placed or trace_rollout_id(trace.trace_id)
+            move: str | None = None
+            own = trace_rollout_id(trace.trace_id)
+            if trace.session is not None and placed is None:
+                rollout_id = session_rollout_id(trace.session)
+            elif trace.session is not None and placed == own:
+                if await self._waiting(own):
+                    rollout_id, move = session_rollout_id(trace.session), own
+                else:
+                    self.stats.sessions_named_late += 1
+                    logger.warning(
+                        "relight: trace %s names session %r after its rollout %s formed with an LLM call; its spans "
+                        "stay there (put the session attribute on the trace's first exported spans)",
+                        trace.trace_id,
+                        trace.session,
+                        placed,
+                    )
+            target = targets.setdefault(rollout_id, _Target(rollout_id))
+            target.traces.append(trace)
+            if move is not None and move not in target.moves:
+                target.moves.append(move)
+        for target in targets.values():
+            found = await self._existing(target.rollout_id)
+            if found is not None:
+                target.rollout, target.attempt_id = found
+        return targets
+
+    async def _look_up(self, trace_id: str) -> str | None:
+        """The rollout the store holds a trace in (a session's, or its own, following a move); None for a new trace."""
+        if trace_id in self._session_of_trace:
+            return self._session_of_trace[trace_id]
+        rollout_id = trace_rollout_id(trace_id)
         try:
-            group.spans += _relight_spans(rollout_id, span, options)
-        except ValidationError as error:
-            raise OtlpBodyError(f"span {span.span_id} of trace {span.trace_id} cannot be stored: {error}") from None
-    return list(groups.values())
+            rollout = await self.store.get_rollout(rollout_id)
+        except NotFoundError:
+            if self.options.session_attribute and not self._sessions_read:
+                await self._read_sessions()
+            return self._session_of_trace.get(trace_id)
+        moved = rollout.metadata.get(MOVED_TO)
+        return moved if isinstance(moved, str) and moved else rollout_id
+
+    async def _read_sessions(self) -> None:
+        """Learn, once, which traces the store's session rollouts hold (their metadata lists every one)."""
+        if self._sessions_read:
+            return
+        self._sessions_read = True
+        for rollout in await self.store.list_rollouts():
+            if rollout.rollout_id.startswith(_SESSION_PREFIX) and rollout.metadata.get("source") == SOURCE:
+                for trace_id in _trace_ids(rollout):
+                    self._session_of_trace.setdefault(trace_id, rollout.rollout_id)
+
+    async def _waiting(self, rollout_id: str) -> bool:
+        """Whether an imported rollout still waits for its first LLM call."""
+        try:
+            rollout = await self.store.get_rollout(rollout_id)
+        except NotFoundError:
+            return False
+        return rollout.status is RolloutStatus.RUNNING and rollout.metadata.get("source") == SOURCE
+
+    async def _existing(self, rollout_id: str) -> tuple[Rollout, str] | None:
+        """The imported rollout ``rollout_id`` and its attempt; None when there is no such rollout.
+
+        Raises:
+            TraceConflictError: the id is taken by a rollout the importer did not make.
+        """
+        try:
+            rollout = await self.store.get_rollout(rollout_id)
+        except NotFoundError:
+            return None
+        attempts = await self.store.list_attempts(rollout_id)
+        if rollout.metadata.get("source") != SOURCE or not attempts:
+            raise _taken(rollout_id)
+        return rollout, attempts[-1].attempt_id
+
+    async def _check_no_conflict(self, target: _Target) -> None:
+        """Refuse, before any write, a span whose id is already taken by a different span (in this request or stored).
+
+        An exporter that sends a span again (a retry) sends the same span, which is stored once.
+        """
+        seen: dict[str, Span] = {}
+        if target.rollout is not None:
+            stored = await self.store.query_spans(target.rollout_id, target.attempt_id)
+            seen = {span.span_id: _comparable(span) for span in stored}
+        for span in target.spans:
+            earlier = seen.setdefault(span.span_id, _comparable(span))
+            if earlier != _comparable(span):
+                raise OtlpBodyError(
+                    f"span {span.span_id} of trace {span.trace_id} was already received with different content; "
+                    "span ids must be unique within a trace"
+                )
+
+    async def _record(self, targets: Sequence[_Target]) -> None:
+        """Record the new rollouts as run by the importer, never queued.
+
+        Raises:
+            InvalidStateError: one of them exists already; nothing was recorded.
+        """
+        if not targets:
+            return
+        requests = [
+            RolloutRequest(
+                rollout_id=target.rollout_id,
+                input={"trace_ids": list[JsonValue](_ids(target))},
+                mode=self.options.mode,
+                group_id=target.group_id,
+                max_attempts=1,
+                metadata={"source": SOURCE, "trace_ids": list[JsonValue](_ids(target))},
+            )
+            for target in targets
+        ]
+        recorded = await self.store.record_rollouts(requests, worker_id=IMPORT_WORKER, lease_seconds=MAX_LEASE_SECONDS)
+        for target, (rollout, attempt) in zip(targets, recorded, strict=True):
+            target.rollout, target.attempt_id, target.new = rollout, attempt.attempt_id, True
+        self.stats.rollouts += len(recorded)
+
+    async def _write(self, target: _Target, result: ImportResult) -> None:
+        """Add the target's spans (and those of the waiting rollouts that move in), end a wait that an LLM call
+        ends, and list every trace the rollout gathered."""
+        rollout, attempt_id = target.rollout, target.attempt_id
+        assert rollout is not None
+        assert attempt_id is not None
+        spans = [_placed(span, target.rollout_id, attempt_id) for span in target.spans]
+        moved_traces: list[str] = []
+        for source in target.moves:
+            moved = await self.store.query_spans(source)
+            spans = [_placed(span, target.rollout_id, attempt_id) for span in moved] + spans
+            moved_traces += [span.trace_id for span in moved]
+        if spans:
+            await self.store.add_spans(spans)
+        for source in target.moves:
+            await self.store.cancel([source])
+            await self.store.update_metadata(source, {MOVED_TO: target.rollout_id})
+            self.stats.moved += 1
+        if target.has_llm_call and rollout.status is RolloutStatus.RUNNING:
+            await self.store.finish_attempt(target.rollout_id, attempt_id, AttemptStatus.SUCCEEDED)
+        elif target.has_llm_call and rollout.status is not RolloutStatus.SUCCEEDED:
+            logger.warning(
+                "relight: an LLM call of trace(s) %s joined rollout %s, which ended %s; it is kept, never trained",
+                ", ".join(_ids(target)),
+                target.rollout_id,
+                rollout.status.value,
+            )
+        listed = _trace_ids(rollout)
+        gathered = list(dict.fromkeys([*listed, *moved_traces, *_ids(target)]))
+        if gathered != listed:
+            await self.store.update_metadata(target.rollout_id, {"trace_ids": list[JsonValue](gathered)})
+        if target.rollout_id.startswith(_SESSION_PREFIX):
+            self._session_of_trace.update(dict.fromkeys(gathered, target.rollout_id))
+        if target.new:
+            result.new_rollouts.append(target.rollout_id)
 
 
-def _relight_spans(rollout_id: str, span: ForeignSpan, options: ImportOptions) -> list[Span]:
+def _ids(target: _Target) -> list[str]:
+    return [trace.trace_id for trace in target.traces]
+
+
+def _trace_ids(rollout: Rollout) -> list[str]:
+    listed = rollout.metadata.get("trace_ids")
+    return [str(t) for t in listed] if isinstance(listed, list) else []
+
+
+def _comparable(span: Span) -> Span:
+    """A span as two deliveries of it compare: where and when it was stored left out."""
+    return span.model_copy(
+        update={
+            "sequence_id": None,
+            "rollout_id": _PENDING,
+            "attempt_id": _PENDING,
+            "attributes": {k: v for k, v in span.attributes.items() if k != semconv.ROLLOUT_ID},
+        }
+    )
+
+
+def _placed(span: Span, rollout_id: str, attempt_id: str) -> Span:
+    return span.model_copy(
+        update={
+            "rollout_id": rollout_id,
+            "attempt_id": attempt_id,
+            "sequence_id": None,
+            "attributes": {**span.attributes, semconv.ROLLOUT_ID: rollout_id},
+        }
+    )
+
+
+# -- one foreign span or log record as relight spans ---------------------------------------------------------
+
+
+def _relight_spans(span: ForeignSpan, options: ImportOptions) -> list[Span]:
     attributes: dict[str, JsonValue] = dict(span.attributes)
-    attributes[semconv.ROLLOUT_ID] = rollout_id
     if span.resource:
         attributes[RESOURCE] = span.resource
     if span.scope:
@@ -152,13 +527,17 @@ def _relight_spans(rollout_id: str, span: ForeignSpan, options: ImportOptions) -
     if span.events:
         attributes[EVENTS] = [{"name": e.name, "time": e.time, "attributes": dict(e.attributes)} for e in span.events]
     if is_llm_call(span.attributes):
-        _add_llm_attributes(attributes, span)
+        for key, value in derive_call(span.attributes, span.events, span.span_id).items():
+            original = attributes.get(key)
+            if original is not None and original != value:
+                attributes[ORIGINAL + key] = original
+            attributes[key] = value
     elif is_tool_call(span.attributes):
         attributes[semconv.SPAN_KIND] = SpanKind.TOOL.value
         attributes[semconv.TOOL_SUCCESS] = span.status_code != "ERROR"
     stored = [
         Span(
-            rollout_id=rollout_id,
+            rollout_id=_PENDING,
             attempt_id=_PENDING,
             trace_id=span.trace_id,
             span_id=span.span_id,
@@ -174,7 +553,7 @@ def _relight_spans(rollout_id: str, span: ForeignSpan, options: ImportOptions) -
     for number, (value, time, name) in enumerate(_rewards(span, options)):
         stored.append(
             Span(
-                rollout_id=rollout_id,
+                rollout_id=_PENDING,
                 attempt_id=_PENDING,
                 trace_id=span.trace_id,
                 span_id=f"{span.span_id}-reward-{number}",
@@ -186,33 +565,67 @@ def _relight_spans(rollout_id: str, span: ForeignSpan, options: ImportOptions) -
                     semconv.SPAN_KIND: SpanKind.REWARD.value,
                     semconv.REWARD: value,
                     semconv.REWARD_NAME: name,
-                    semconv.ROLLOUT_ID: rollout_id,
                 },
             )
         )
     return stored
 
 
-def _add_llm_attributes(attributes: dict[str, JsonValue], span: ForeignSpan) -> None:
-    text = call_text(span.attributes, span.events)
+def _log_span(record: ForeignLog) -> Span:
+    """A log record kept as a span under the span it was emitted in; the same record always gets the same id."""
+    assert record.trace_id is not None
+    assert record.span_id is not None
+    digest = hashlib.sha256(
+        orjson.dumps([record.time, record.event_name, record.body, record.attributes], option=orjson.OPT_SORT_KEYS)
+    ).hexdigest()[:16]
+    attributes: dict[str, JsonValue] = {**record.attributes, LOG_EVENT: record.event_name, LOG_BODY: record.body}
+    if record.resource:
+        attributes[RESOURCE] = record.resource
+    if record.scope:
+        attributes[SCOPE] = record.scope
+    try:
+        return Span(
+            rollout_id=_PENDING,
+            attempt_id=_PENDING,
+            trace_id=record.trace_id,
+            span_id=f"{record.span_id}-log-{digest}",
+            parent_id=record.span_id,
+            name=record.event_name,
+            start_time=record.time,
+            end_time=record.time,
+            attributes=attributes,
+        )
+    except ValidationError as error:
+        raise OtlpBodyError(f"log record {record.where} cannot be stored: {error}") from None
+
+
+def log_event(span: Span) -> SpanEvent | None:
+    """The GenAI event a stored log record holds, as a span event (its body's fields beside its attributes)."""
+    name = span.attributes.get(LOG_EVENT)
+    if not isinstance(name, str):
+        return None
+    attributes = {k: v for k, v in span.attributes.items() if k not in (LOG_EVENT, LOG_BODY, RESOURCE, SCOPE)}
+    body = span.attributes.get(LOG_BODY)
+    if isinstance(body, dict):
+        attributes.update(body)
+    elif body is not None:
+        attributes["content"] = body
+    return SpanEvent(name, span.start_time, attributes)
+
+
+def derive_call(
+    attributes: Mapping[str, JsonValue], events: Sequence[SpanEvent], span_id: str, *, log_events: int = 0
+) -> dict[str, JsonValue]:
+    """What relight records for an LLM call, read from a foreign span's attributes and events (``log_events`` of
+    them arrived as log records): its kind, messages, tools, usage, response id, and what the trace lacks."""
+    text = call_text(attributes, events)
     missing = ["token_ids", "logprobs", "policy_version"]
     derived: dict[str, JsonValue] = {
         semconv.SPAN_KIND: SpanKind.LLM.value,
-        semconv.GEN_AI_OPERATION_NAME: str(span.attributes.get(semconv.GEN_AI_OPERATION_NAME) or "chat"),
+        semconv.GEN_AI_OPERATION_NAME: str(attributes.get(semconv.GEN_AI_OPERATION_NAME) or "chat"),
         DIALECT: text.dialect,
     }
-    if text.input_messages:
-        derived[semconv.GEN_AI_INPUT_MESSAGES] = json.dumps(text.input_messages)
-    else:
-        missing.append("input_messages")
-    if text.output_messages:
-        derived[semconv.GEN_AI_OUTPUT_MESSAGES] = json.dumps(text.output_messages[:1])
-    else:
-        missing.append("output_messages")
-    if text.tools:
-        derived[semconv.GEN_AI_TOOL_DEFINITIONS] = json.dumps(text.tools)
-    if text.finish_reasons:
-        derived[semconv.GEN_AI_RESPONSE_FINISH_REASONS] = list[JsonValue](text.finish_reasons)
+    derived |= _messages(text, missing, log_events)
     if text.input_tokens is not None:
         derived[semconv.GEN_AI_USAGE_INPUT_TOKENS] = text.input_tokens
     if text.output_tokens is not None:
@@ -220,16 +633,108 @@ def _add_llm_attributes(attributes: dict[str, JsonValue], span: ForeignSpan) -> 
     if text.response_id:
         derived[semconv.GEN_AI_RESPONSE_ID] = text.response_id
     else:  # transitions join a call's role by response id: give every call one, and say it is made up
-        derived[semconv.GEN_AI_RESPONSE_ID] = f"otlp-{span.span_id}"
+        derived[semconv.GEN_AI_RESPONSE_ID] = f"otlp-{span_id}"
         missing.append("response_id")
     derived[MISSING] = list[JsonValue](missing)
-    for key, value in derived.items():
-        original = attributes.get(key)
-        if original is not None and original != value:
-            attributes[ORIGINAL + key] = original
-        attributes[key] = value
     if text.model and semconv.GEN_AI_REQUEST_MODEL not in attributes:
-        attributes[semconv.GEN_AI_REQUEST_MODEL] = text.model
+        derived[semconv.GEN_AI_REQUEST_MODEL] = text.model
+    return derived
+
+
+def with_log_events(span: Span, events: Sequence[SpanEvent]) -> Span:
+    """A stored LLM span with the GenAI events logged for it read in: the messages they hold, when the span
+    holds none of its own, and what is still missing, with why."""
+    missing = span.attributes.get(MISSING)
+    listed = [str(m) for m in cast(list[JsonValue], missing)] if isinstance(missing, list) else []
+    if "input_messages" not in listed and "output_messages" not in listed:
+        return span
+    own = [
+        SpanEvent(str(event.get("name")), _integer(event.get("time")), _mapping(event.get("attributes")))
+        for event in _stored_events(span)
+    ]
+    text = call_text({k: v for k, v in span.attributes.items() if not k.startswith(ORIGINAL)}, [*own, *events])
+    attributes = {
+        k: v
+        for k, v in span.attributes.items()
+        if k not in (semconv.IMPORT_MISSING_TEXT, semconv.IMPORT_MISSING_TEXT_CAUSE)
+    }
+    attributes |= _messages(text, [], len(events))
+    attributes[MISSING] = list[JsonValue](
+        [m for m in listed if m not in (*_MESSAGE_KEYS, "response_id")]
+        + _missing_of(text)
+        + (["response_id"] if "response_id" in listed else [])
+    )
+    return span.model_copy(update={"attributes": attributes})
+
+
+def _stored_events(span: Span) -> list[dict[str, JsonValue]]:
+    events = span.attributes.get(EVENTS)
+    if not isinstance(events, list):
+        return []
+    return [cast(dict[str, JsonValue], e) for e in cast(list[JsonValue], events) if isinstance(e, dict)]
+
+
+def _integer(value: JsonValue | None) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _mapping(value: JsonValue | None) -> dict[str, JsonValue]:
+    return cast(dict[str, JsonValue], value) if isinstance(value, dict) else {}
+
+
+def _missing_of(text: CallText) -> list[str]:
+    return [
+        key
+        for key, absent in (
+            ("input_messages", not text.input_messages),
+            ("output_messages", not text.output_messages),
+            ("message_text", bool(text.missing_text)),
+        )
+        if absent
+    ]
+
+
+def _messages(text: CallText, missing: list[str], log_events: int) -> dict[str, JsonValue]:
+    """The call's messages and tools as relight records them; ``missing`` gets what the trace lacks."""
+    derived: dict[str, JsonValue] = {}
+    if text.input_messages:
+        derived[semconv.GEN_AI_INPUT_MESSAGES] = json.dumps(text.input_messages)
+    if text.output_messages:
+        derived[semconv.GEN_AI_OUTPUT_MESSAGES] = json.dumps(text.output_messages[:1])
+    if text.tools:
+        derived[semconv.GEN_AI_TOOL_DEFINITIONS] = json.dumps(text.tools)
+    if text.finish_reasons:
+        derived[semconv.GEN_AI_RESPONSE_FINISH_REASONS] = list[JsonValue](text.finish_reasons)
+    missing += _missing_of(text)
+    if text.missing_text:
+        derived[semconv.IMPORT_MISSING_TEXT] = list[JsonValue](text.missing_text)
+    cause = _cause(text, log_events)
+    if cause is not None:
+        derived[semconv.IMPORT_MISSING_TEXT_CAUSE] = cause
+    return derived
+
+
+def _cause(text: CallText, log_events: int) -> str | None:
+    """Why the call's text is missing, as far as the trace tells."""
+    if not text.input_messages and not text.output_messages:
+        if log_events:
+            return "the GenAI events received for this call hold no messages"
+        return (
+            "the trace holds none of this call's messages: its tracer's content capture is off "
+            "(OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT, TRACELOOP_TRACE_CONTENT, OPENINFERENCE_HIDE_*), "
+            "or it sends them as OTLP log events and none reached this receiver's /v1/logs "
+            "(OTEL_EXPORTER_OTLP_LOGS_ENDPOINT)"
+        )
+    if not text.input_messages or not text.output_messages:
+        return f"the trace holds no {'request' if not text.input_messages else 'answer'} messages for this call"
+    if not text.missing_text:
+        return None
+    if all(entry.endswith(HIDDEN) for entry in text.missing_text):
+        return "its tracer hid the text (OpenInference's OPENINFERENCE_HIDE_* settings)"
+    return (
+        "its tracer recorded these messages without their text: content capture is off "
+        "(OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT, TRACELOOP_TRACE_CONTENT, OPENINFERENCE_HIDE_*)"
+    )
 
 
 def _rewards(span: ForeignSpan, options: ImportOptions) -> list[tuple[float, int, str]]:
@@ -259,163 +764,17 @@ def _number(value: Any) -> float | None:
     return None
 
 
-class TraceImporter:
-    """Writes mapped traces into ``store``, one export request at a time, as succeeded rollouts."""
-
-    def __init__(self, store: Store, options: ImportOptions | None = None) -> None:
-        self.store = store
-        self.options = options or ImportOptions()
-        self._lock = asyncio.Lock()
-        self._rollout_of_trace: OrderedDict[str, str] = OrderedDict()
-        """Traces seen lately, so a trace's later spans join the session rollout its first ones formed."""
-
-    async def add(self, foreign: Sequence[ForeignSpan]) -> ImportResult:
-        """Map and store one request's spans; a bad span refuses the whole request before any write.
-
-        Raises:
-            OtlpBodyError: a span cannot be stored.
-            TraceConflictError: a trace's rollout id is taken by a rollout the importer did not make.
-        """
-        async with self._lock:
-            groups = self._join_known(map_spans(foreign, self.options))
-            for last_look in (False, True):
-                result = ImportResult()
-                existing: dict[str, str] = {}
-                new: list[_Group] = []
-                for group in groups:
-                    attempt_id = await self._existing_attempt(group.rollout_id)
-                    if attempt_id is not None:
-                        existing[group.rollout_id] = attempt_id
-                    elif group.has_llm_call:
-                        new.append(group)
-                    else:
-                        result.rejected_spans += len(group.spans)
-                await self._check_no_conflict(groups, existing)
-                try:
-                    existing |= await self._record(new)
-                    break
-                except InvalidStateError as error:
-                    # Another client of the store (a second receiver) made one of them since the look:
-                    # nothing was recorded, and a second look joins the spans to what it made.
-                    if last_look:
-                        raise TraceConflictError(
-                            f"{error}: another client of the store made it while these traces were being imported"
-                        ) from error
-            spans = [
-                span.model_copy(update={"attempt_id": existing[group.rollout_id]})
-                for group in groups
-                if group.rollout_id in existing
-                for span in group.spans
-            ]
-            if spans:
-                await self.store.add_spans(spans)
-            await self._finish(new, existing)
-            for group in groups:
-                if group.rollout_id in existing:
-                    self._remember(group)
-            result.spans = len(spans)
-            result.new_rollouts = [group.rollout_id for group in new]
-            return result
-
-    async def _check_no_conflict(self, groups: Sequence[_Group], existing: Mapping[str, str]) -> None:
-        """Refuse, before any write, a span whose id is already taken by a different span (in this request or stored).
-
-        An exporter that sends a span again (a retry) sends the same span, which is stored once.
-        """
-        for group in groups:
-            seen: dict[str, Span] = {}
-            if group.rollout_id in existing:
-                stored = await self.store.query_spans(group.rollout_id, existing[group.rollout_id])
-                seen = {
-                    span.span_id: span.model_copy(update={"sequence_id": None, "attempt_id": _PENDING})
-                    for span in stored
-                }
-            for span in group.spans:
-                earlier = seen.setdefault(span.span_id, span)
-                if earlier != span:
-                    raise OtlpBodyError(
-                        f"span {span.span_id} of trace {span.trace_id} was already received with different content; "
-                        "span ids must be unique within a trace"
-                    )
-
-    def _join_known(self, groups: list[_Group]) -> list[_Group]:
-        """A trace already known to belong to a session rollout goes there, though this batch lacks the attribute."""
-        merged: dict[str, _Group] = {}
-        for group in groups:
-            known = {self._rollout_of_trace.get(trace_id) for trace_id in group.trace_ids} - {None}
-            by_trace = not group.rollout_id.startswith("otlp-session-")
-            rollout_id = known.pop() if len(known) == 1 and by_trace else group.rollout_id
-            assert rollout_id is not None
-            if rollout_id != group.rollout_id:
-                group.spans = [
-                    s.model_copy(
-                        update={
-                            "rollout_id": rollout_id,
-                            "attributes": {**s.attributes, semconv.ROLLOUT_ID: rollout_id},
-                        }
-                    )
-                    for s in group.spans
-                ]
-            target = merged.setdefault(rollout_id, _Group(rollout_id, group.group_id, [], []))
-            target.trace_ids += [t for t in group.trace_ids if t not in target.trace_ids]
-            target.spans += group.spans
-        return list(merged.values())
-
-    def _remember(self, group: _Group) -> None:
-        for trace_id in group.trace_ids:
-            self._rollout_of_trace[trace_id] = group.rollout_id
-            self._rollout_of_trace.move_to_end(trace_id)
-        while len(self._rollout_of_trace) > _REMEMBERED_TRACES:
-            self._rollout_of_trace.popitem(last=False)
-
-    async def _existing_attempt(self, rollout_id: str) -> str | None:
-        """The attempt of the imported rollout ``rollout_id`` that later spans join; None when there is no such rollout.
-
-        Raises:
-            TraceConflictError: the id is taken by a rollout the importer did not make.
-        """
-        try:
-            rollout = await self.store.get_rollout(rollout_id)
-        except NotFoundError:
-            return None
-        attempts = await self.store.list_attempts(rollout_id)
-        if rollout.metadata.get("source") != SOURCE or not attempts:
-            raise _taken(rollout_id)
-        return attempts[-1].attempt_id
-
-    async def _record(self, groups: Sequence[_Group]) -> dict[str, str]:
-        """Record the new rollouts as run by the importer, never queued: their attempts, by rollout id.
-
-        Raises:
-            InvalidStateError: one of them exists already; nothing was recorded.
-        """
-        if not groups:
-            return {}
-        requests = [
-            RolloutRequest(
-                rollout_id=group.rollout_id,
-                input={"trace_ids": list[JsonValue](group.trace_ids)},
-                mode=self.options.mode,
-                group_id=group.group_id,
-                max_attempts=1,
-                metadata={"source": SOURCE, "trace_ids": list[JsonValue](group.trace_ids)},
-            )
-            for group in groups
-        ]
-        recorded = await self.store.record_rollouts(requests, worker_id=IMPORT_WORKER)
-        return {rollout.rollout_id: attempt.attempt_id for rollout, attempt in recorded}
-
-    async def _finish(self, groups: Sequence[_Group], attempts: dict[str, str]) -> None:
-        for group in groups:
-            await self.store.finish_attempt(group.rollout_id, attempts[group.rollout_id], AttemptStatus.SUCCEEDED)
-
-
 def _taken(rollout_id: str) -> TraceConflictError:
     return TraceConflictError(
         f"rollout {rollout_id!r} already exists and was not imported from traces (its metadata has no "
         f"source={SOURCE!r} or it has no attempt): its spans are not added to it. Remove that rollout, or "
         "import into another store"
     )
+
+
+def imported(rollouts: Iterable[Rollout]) -> list[Rollout]:
+    """The rollouts among ``rollouts`` that the importer made."""
+    return [rollout for rollout in rollouts if rollout.metadata.get("source") == SOURCE]
 
 
 async def add_reward(store: Store, rollout_id: str, value: float, *, name: str = "reward") -> Span:

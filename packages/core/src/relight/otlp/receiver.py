@@ -1,35 +1,46 @@
-"""The OTLP/HTTP trace receiver: ``POST /v1/traces`` in protobuf or JSON, as the OTLP specification defines.
+"""The OTLP/HTTP receiver: ``/v1/traces``, ``/v1/logs`` and ``/v1/metrics``, protobuf or JSON, as OTLP defines them.
 
-Point any OpenTelemetry exporter at it (``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=http://host:4318/v1/traces``)
-and the GenAI spans it sends become rollouts in a store (see :mod:`relight.otlp.importer`).
+Point any OpenTelemetry exporter at it (``OTEL_EXPORTER_OTLP_ENDPOINT=http://host:4318``) and the GenAI
+spans it sends become rollouts in a store (see :mod:`relight.otlp.importer`); the GenAI events a tracer
+sends as log records join the calls they belong to; metrics are answered and counted, never kept
+(relight trains on traces), so exporters that send them stay quiet.
 
-Answers follow the specification: 200 with an ``ExportTraceServiceResponse`` in the request's
-encoding (its ``partial_success`` counting spans of traces that held no LLM call); 400 with a
-``google.rpc.Status`` naming what is wrong in the body; 413 for a body over ``max_body_bytes``
-(checked on the declared length, while reading, and after decompression); 415 for an unknown
-content type; 401 without the bearer token when one is set; 409 when a trace's rollout id is taken
-by a rollout the importer did not make (:class:`relight.otlp.importer.TraceConflictError`); 503 when
-the store is unavailable, which exporters retry. A request is decoded and checked whole before the
-store is touched, so a bad one leaves nothing behind. The store may be one runners share: imported
-rollouts are recorded beside its queue, never claimed from it.
+Answers follow the specification: 200 with an ``Export…ServiceResponse`` in the request's encoding,
+whose ``partial_success`` names what was not stored and why (a log record that is no GenAI event, or
+tied to no span); 400 with a ``google.rpc.Status`` naming what is wrong in the body; 413 for a body
+over ``max_body_bytes`` (checked on the declared length, while reading, and after decompression); 415
+for an unknown content type; 401 without the bearer token when one is set; 409 when a trace's rollout
+id is taken by a rollout the importer did not make (:class:`relight.otlp.importer.TraceConflictError`);
+503 when the store is unavailable, which exporters retry. A request is decoded and checked whole before
+the store is touched, so a bad one leaves nothing behind. ``GET /stats`` tells what was stored, refused
+and counted since the receiver started. The store may be one runners share: imported rollouts are
+recorded beside its queue, never claimed from it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hmac
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import Response
+from fastapi.responses import JSONResponse, Response
 
 from relight._internal.server import AsgiServer
 from relight.errors import RelightError, StoreUnavailableError
-from relight.otlp.decode import OtlpBodyError, OtlpBodyTooLargeError, decode_traces, require_proto
-from relight.otlp.importer import ImportOptions, TraceConflictError, TraceImporter
+from relight.otlp.decode import (
+    OtlpBodyError,
+    OtlpBodyTooLargeError,
+    count_metric_points,
+    decode_logs,
+    decode_traces,
+    require_proto,
+)
+from relight.otlp.importer import ImportOptions, ImportResult, TraceConflictError, TraceImporter
 from relight.store import Store
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "DEFAULT_PORT", "create_otlp_app", "serve_otlp"]
@@ -65,51 +76,89 @@ def create_otlp_app(
     Raises:
         ImportError: ``opentelemetry-proto`` is missing (``pip install 'relight[otlp]'``).
     """
-    service = require_proto()
+    trace_service = require_proto()
+    from opentelemetry.proto.collector.logs.v1 import logs_service_pb2  # pyright: ignore[reportMissingTypeStubs]
+    from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2  # pyright: ignore[reportMissingTypeStubs]
+
     importer = TraceImporter(store, options)
     app = FastAPI(title="relight OTLP receiver", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.importer = importer
 
     @app.post("/v1/traces")
     async def traces(request: Request) -> Response:  # pyright: ignore[reportUnusedFunction]
-        content_type = request.headers.get("content-type", "")
-        media = content_type.split(";", 1)[0].strip().lower()
-        if token is not None and not hmac.compare_digest(
-            request.headers.get("authorization", "").encode(), f"Bearer {token}".encode()
-        ):
-            return _status(401, _UNAUTHENTICATED, "missing or wrong bearer token", media)
-        if media not in {_PROTOBUF, _JSON}:
-            return _status(
-                415, _INVALID_ARGUMENT, f"Content-Type {content_type!r} is not {_PROTOBUF} or {_JSON}", _JSON
-            )
-        try:
-            body = await _read_body(request, max_body_bytes)
-            spans = decode_traces(
-                body,
-                content_type=content_type,
-                content_encoding=request.headers.get("content-encoding"),
-                max_bytes=max_body_bytes,
-            )
+        async def handle(body: bytes, content_type: str, encoding: str | None) -> Any:
+            spans = decode_traces(body, content_type=content_type, content_encoding=encoding, max_bytes=max_body_bytes)
             result = await importer.add(spans)
-        except OtlpBodyTooLargeError as error:
-            return _status(413, _RESOURCE_EXHAUSTED, str(error), media)
-        except OtlpBodyError as error:
-            return _status(400, _INVALID_ARGUMENT, str(error), media)
-        except TraceConflictError as error:
-            return _status(409, _ALREADY_EXISTS, str(error), media)
-        except StoreUnavailableError as error:
-            return _status(503, _UNAVAILABLE, f"the store is unavailable: {error}", media)
-        except RelightError as error:
-            logger.exception("relight: storing traces failed")
-            return _status(500, _INTERNAL, f"storing the traces failed: {error}", media)
-        answer = service.ExportTraceServiceResponse()
-        if result.rejected_spans:
-            answer.partial_success.rejected_spans = result.rejected_spans
-            answer.partial_success.error_message = (
-                f"{result.rejected_spans} span(s) belong to traces with no LLM call and were not stored"
+            answer = trace_service.ExportTraceServiceResponse()
+            if result.refused:
+                answer.partial_success.rejected_spans = len(result.refused)
+                answer.partial_success.error_message = result.summary()
+            return answer
+
+        return await _receive(request, handle, token=token, max_body_bytes=max_body_bytes)
+
+    @app.post("/v1/logs")
+    async def logs(request: Request) -> Response:  # pyright: ignore[reportUnusedFunction]
+        async def handle(body: bytes, content_type: str, encoding: str | None) -> Any:
+            records = decode_logs(body, content_type=content_type, content_encoding=encoding, max_bytes=max_body_bytes)
+            result: ImportResult = await importer.add_logs(records)
+            answer = logs_service_pb2.ExportLogsServiceResponse()
+            if result.refused:
+                answer.partial_success.rejected_log_records = len(result.refused)
+                answer.partial_success.error_message = result.summary()
+            return answer
+
+        return await _receive(request, handle, token=token, max_body_bytes=max_body_bytes)
+
+    @app.post("/v1/metrics")
+    async def metrics(request: Request) -> Response:  # pyright: ignore[reportUnusedFunction]
+        async def handle(body: bytes, content_type: str, encoding: str | None) -> Any:
+            points = count_metric_points(
+                body, content_type=content_type, content_encoding=encoding, max_bytes=max_body_bytes
             )
-        return _message(200, answer, media)
+            importer.stats.metric_points += points
+            return metrics_service_pb2.ExportMetricsServiceResponse()
+
+        return await _receive(request, handle, token=token, max_body_bytes=max_body_bytes)
+
+    @app.get("/stats")
+    async def stats() -> JSONResponse:  # pyright: ignore[reportUnusedFunction]
+        return JSONResponse(dataclasses.asdict(importer.stats))
 
     return app
+
+
+async def _receive(
+    request: Request,
+    handle: Callable[[bytes, str, str | None], Awaitable[Any]],
+    *,
+    token: str | None,
+    max_body_bytes: int,
+) -> Response:
+    """Check, read and hand one export to ``handle``; its answer (a protobuf message) in the request's encoding."""
+    content_type = request.headers.get("content-type", "")
+    media = content_type.split(";", 1)[0].strip().lower()
+    if token is not None and not hmac.compare_digest(
+        request.headers.get("authorization", "").encode(), f"Bearer {token}".encode()
+    ):
+        return _status(401, _UNAUTHENTICATED, "missing or wrong bearer token", media)
+    if media not in {_PROTOBUF, _JSON}:
+        return _status(415, _INVALID_ARGUMENT, f"Content-Type {content_type!r} is not {_PROTOBUF} or {_JSON}", _JSON)
+    try:
+        body = await _read_body(request, max_body_bytes)
+        answer = await handle(body, content_type, request.headers.get("content-encoding"))
+    except OtlpBodyTooLargeError as error:
+        return _status(413, _RESOURCE_EXHAUSTED, str(error), media)
+    except OtlpBodyError as error:
+        return _status(400, _INVALID_ARGUMENT, str(error), media)
+    except TraceConflictError as error:
+        return _status(409, _ALREADY_EXISTS, str(error), media)
+    except StoreUnavailableError as error:
+        return _status(503, _UNAVAILABLE, f"the store is unavailable: {error}", media)
+    except RelightError as error:
+        logger.exception("relight: storing an OTLP export failed")
+        return _status(500, _INTERNAL, f"storing the export failed: {error}", media)
+    return _message(200, answer, media)
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
@@ -157,9 +206,8 @@ async def serve_otlp(
     on_ready: Callable[[str], None] | None = None,
 ) -> None:
     """Serve the receiver until the task is cancelled (Ctrl-C); ``on_ready`` gets the endpoint once listening."""
-    server = AsgiServer(
-        create_otlp_app(store, options, max_body_bytes=max_body_bytes, token=token), host=host, port=port
-    )
+    app = create_otlp_app(store, options, max_body_bytes=max_body_bytes, token=token)
+    server = AsgiServer(app, host=host, port=port)
     await server.start()
     try:
         if on_ready is not None:
@@ -168,3 +216,5 @@ async def serve_otlp(
     finally:
         await server.stop()
         await store.close()
+        importer: TraceImporter = app.state.importer
+        logger.info("relight: the OTLP receiver stopped; it stored %s", json.dumps(dataclasses.asdict(importer.stats)))

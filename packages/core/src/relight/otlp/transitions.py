@@ -1,12 +1,16 @@
-"""Imported traces as transitions: retokenized with the policy's chat template, each call's fidelity reported.
+"""Imported traces as transitions: retokenized with the policy's chat template, each call's exactness said.
 
 A trace holds text, never the token ids the model saw, so every imported call is rendered again with
-the policy's tokenizer and chat template (:class:`TemplateRetokenizer`) and marked ``retokenized``, as
-the gateway marks calls whose upstream gave no ids. Rendering can lose what the text said: a template
-may trim or drop a message, cannot show an image, or renders the history differently once the answer
-follows it; a tokenizer may normalize text. Each call therefore says whether its tokens reproduce
-the traced text exactly (``relight.retokenized.exact``, and ``relight.retokenized.mismatch`` naming
-what differs); an inexact call is still trained unless the caller leaves it out, never dropped silently.
+the policy's tokenizer and chat template by relight's one renderer (:mod:`relight.chat`, the one
+relight-torch's engine and SFT use) and marked ``retokenized``, as the gateway marks calls whose
+upstream gave no ids. :func:`retokenize_call` decides whether a call is *exact*: its ids hold its
+text, tool calls, tool results and tools (``relight.retokenized.exact``); otherwise it lists why
+(``relight.retokenized.reasons``: ``tools_missing``, ``text_missing``, ``tool_calls_not_rendered``…, and
+``relight.retokenized.mismatch`` in words). Training and export leave inexact calls out and count
+them, unless told to keep them (:class:`relight.TransitionBuilder` ``include_inexact``).
+
+GenAI events that arrived as OTLP log records are joined to their call here, whichever came first
+(:func:`relight.otlp.importer.with_log_events`).
 
 The role of a call is the nearest agent its span sits in (the span itself, then its parents):
 ``gen_ai.agent.name``, OpenInference's agent spans and LangGraph node metadata, OpenLLMetry's agent
@@ -15,16 +19,18 @@ and task spans (:func:`relight.otlp.dialects.agent_name`).
 
 from __future__ import annotations
 
-import contextlib
 import json
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 from pydantic import JsonValue
 
 from relight import semconv
+from relight.chat import Inexact, Mismatch, Retokenized, recorded_mismatches, retokenize
 from relight.otlp.dialects import agent_name
+from relight.otlp.importer import log_event, with_log_events
 from relight.records import Rollout, Span, SpanKind, Transition
 from relight.store import Store
 from relight.transitions.builder import RoleFilter, TransitionBuilder, episode_return, role_matches
@@ -33,36 +39,23 @@ from relight.transitions.verdicts import Reason, RolloutVerdict
 __all__ = [
     "EXACT",
     "MISMATCH",
+    "ChatExport",
     "ImportedRollout",
     "Retokenized",
     "TemplateRetokenizer",
     "chat_records",
     "explain_imported",
     "prepare_spans",
+    "retokenize_call",
+    "text_mismatches",
 ]
 
 EXACT = semconv.RETOKENIZED_EXACT
 MISMATCH = semconv.RETOKENIZED_MISMATCH
 
 
-@dataclass(frozen=True, slots=True)
-class Retokenized:
-    """One call's token ids, and whether they reproduce the traced text."""
-
-    prompt_ids: list[int]
-    response_ids: list[int]
-    mismatch: str | None = None
-
-    @property
-    def exact(self) -> bool:
-        return self.mismatch is None
-
-
 class TemplateRetokenizer:
-    """Renders a chat call with a Hugging Face tokenizer's chat template and checks what survived.
-
-    The response is the template's own rendering of the assistant turn (the conversation with the
-    answer appended, less the prompt), so it ends as the model must end a turn (its end-of-turn token).
+    """Renders a chat call with a Hugging Face tokenizer's chat template (:mod:`relight.chat`) and checks it.
 
     Args:
         tokenizer: a ``transformers`` tokenizer (anything with ``apply_chat_template``, ``encode`` and ``decode``).
@@ -85,98 +78,69 @@ class TemplateRetokenizer:
         return cls(AutoTokenizer.from_pretrained(name, local_files_only=True))  # pyright: ignore[reportUnknownMemberType]
 
     def retokenize(
-        self, messages: Sequence[Mapping[str, Any]], response: Mapping[str, Any], tools: Sequence[Mapping[str, Any]]
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        response: Mapping[str, Any],
+        tools: Sequence[Mapping[str, Any]],
+        *,
+        truncated: bool = False,
+        known: Iterable[Mismatch] = (),
     ) -> Retokenized:
-        problems = [p for index, m in enumerate(messages) if (p := _not_text(index, m)) is not None]
-        history = [_renderable(m) for m in messages]
-        answer = _renderable(response)
-        prompt = self._render(history, tools, generation_prompt=True)
-        whole = self._render([*history, answer], tools, generation_prompt=False)
-        if whole.startswith(prompt):
-            reply = whole[len(prompt) :]
-        else:
-            problems.append("the template renders the conversation differently once the answer follows it")
-            reply = str(answer.get("content") or "") + "".join(
-                json.dumps(call.get("function", {})) for call in answer.get("tool_calls") or ()
-            )
-        problems += _missing_texts(history, prompt, "message")
-        problems += _missing_texts([answer], reply, "the answer")
-        prompt_ids, response_ids = self._encode(prompt), self._encode(reply)
-        if self._decode(prompt_ids) != prompt or self._decode(response_ids) != reply:
-            problems.append("the tokenizer does not decode its ids back to the rendered text")
-        return Retokenized(prompt_ids, response_ids, "; ".join(problems) or None)
+        """See :func:`relight.chat.retokenize`."""
+        return retokenize(self.tokenizer, messages, response, tools, truncated=truncated, known=known)
 
-    def _render(
-        self, messages: list[dict[str, Any]], tools: Sequence[Mapping[str, Any]], *, generation_prompt: bool
-    ) -> str:
-        return str(
-            self.tokenizer.apply_chat_template(
-                messages,
-                tools=[dict(t) for t in tools] or None,
-                tokenize=False,
-                add_generation_prompt=generation_prompt,
-            )
+
+def retokenize_call(
+    span: Span, retokenizer: TemplateRetokenizer | None, *, rollout_spans: Sequence[Span] = ()
+) -> Retokenized:
+    """Whether an imported call's ids, made from its record, are exactly the call: its ids and every mismatch.
+
+    The one decision of exactness for imported calls: :func:`prepare_spans` (so export and training)
+    and ``relight verify`` all ask it. ``rollout_spans`` are the other spans of its rollout, among
+    which the GenAI events logged for the call are found and read in. Without a ``retokenizer`` the
+    ids are empty and the mismatches those the record shows by itself (text or tools it lacks).
+    """
+    events = [event for s in rollout_spans if s.parent_id == span.span_id and (event := log_event(s)) is not None]
+    if events:
+        span = with_log_events(span, events)
+    messages, answer, tools = _call(span)
+    known = text_mismatches(span)
+    if messages is None or answer is None:
+        return Retokenized([], [], tuple(known))
+    if retokenizer is None:
+        return Retokenized([], [], (*known, *recorded_mismatches(messages, answer, tools)))
+    finish = span.attributes.get(semconv.GEN_AI_RESPONSE_FINISH_REASONS)
+    truncated = isinstance(finish, list) and "length" in finish
+    return retokenizer.retokenize(messages, answer, tools, truncated=truncated, known=known)
+
+
+def text_mismatches(span: Span) -> list[Mismatch]:
+    """What an imported call's record lacks (messages, or the text of some), as ``text_missing`` with the cause."""
+    attributes = span.attributes
+    missing = attributes.get(semconv.IMPORT_MISSING)
+    listed = [str(m) for m in cast(list[JsonValue], missing)] if isinstance(missing, list) else []
+    cause = attributes.get(semconv.IMPORT_MISSING_TEXT_CAUSE)
+    why = f": {cause}" if isinstance(cause, str) else ""
+    found: list[Mismatch] = []
+    if "input_messages" in listed or "output_messages" in listed:
+        lacking = " and ".join(
+            what for key, what in (("input_messages", "request"), ("output_messages", "answer")) if key in listed
         )
-
-    def _encode(self, text: str) -> list[int]:
-        return [int(i) for i in self.tokenizer.encode(text, add_special_tokens=False)]
-
-    def _decode(self, ids: list[int]) -> str:
-        return str(self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False))
-
-
-def _not_text(index: int, message: Mapping[str, Any]) -> str | None:
-    content = message.get("content")
-    if content is None or isinstance(content, str):
-        return None
-    kinds = sorted(
-        {str(cast(dict[str, Any], p).get("type")) for p in cast(list[Any], content) if isinstance(p, dict)} - {"text"}
-    )
-    if kinds:
-        return f"message {index} ({message.get('role')}) holds {', '.join(kinds)} content a text template cannot render"
-    return None
-
-
-def _renderable(message: Mapping[str, Any]) -> dict[str, Any]:
-    """The message as templates expect it: text parts joined, tool-call arguments as dicts."""
-    result = dict(message)
-    content = result.get("content")
-    if isinstance(content, list):
-        result["content"] = "".join(
-            str(cast(dict[str, Any], p).get("text", "")) for p in cast(list[Any], content) if isinstance(p, dict)
-        )
-    calls: list[dict[str, Any]] = []
-    for call in cast(list[Any], result.get("tool_calls") or []):
-        function = dict(cast(dict[str, Any], call).get("function") or {})
-        if isinstance(function.get("arguments"), str):
-            with contextlib.suppress(ValueError):
-                function["arguments"] = json.loads(function["arguments"])
-        calls.append({**cast(dict[str, Any], call), "function": function})
-    if calls:
-        result["tool_calls"] = calls
-    return result
-
-
-def _missing_texts(messages: Iterable[Mapping[str, Any]], rendered: str, what: str) -> list[str]:
-    """Each message whose text is not found in the rendering, in order."""
-    problems: list[str] = []
-    cursor = 0
-    for index, message in enumerate(messages):
-        text = str(message.get("content") or "")
-        found = rendered.find(text, cursor)
-        if found < 0:
-            label = f"{what} {index} ({message.get('role')})" if what == "message" else what
-            problems.append(f"{label}'s text does not appear in the rendered prompt")
-        else:
-            cursor = found + len(text)
-    return problems
+        found.append(Mismatch(Inexact.TEXT_MISSING, f"the trace holds no {lacking} messages{why}"))
+    texts = attributes.get(semconv.IMPORT_MISSING_TEXT)
+    if isinstance(texts, list) and texts:
+        pieces = ", ".join(str(t) for t in cast(list[JsonValue], texts))
+        found.append(Mismatch(Inexact.TEXT_MISSING, f"no text for {pieces}{why}"))
+    return found
 
 
 def prepare_spans(spans: Sequence[Span], retokenizer: TemplateRetokenizer | None) -> list[Span]:
     """An imported attempt's spans made ready for :class:`relight.TransitionBuilder`.
 
-    Each LLM call without token ids is retokenized (when a retokenizer is given) and gets a role span
-    naming the agent it ran in, joined to it by response id; the store is left as it was.
+    Each LLM call without token ids gets the GenAI events logged for it read in and its exactness
+    (:func:`retokenize_call`): with a retokenizer, its ids too; without one, only what its record
+    lacks. Each gets a role span naming the agent it ran in, joined to it by response id. The store
+    is left as it was.
     """
     by_id = {span.span_id: span for span in spans}
     prepared: list[Span] = []
@@ -184,8 +148,8 @@ def prepare_spans(spans: Sequence[Span], retokenizer: TemplateRetokenizer | None
         if span.kind is not SpanKind.LLM:
             prepared.append(span)
             continue
-        if retokenizer is not None and semconv.PROMPT_TOKEN_IDS not in span.attributes:
-            span = _retokenized(span, retokenizer)
+        if semconv.PROMPT_TOKEN_IDS not in span.attributes:
+            span = _retokenized(span, retokenizer, spans)
         prepared.append(span)
         role = _role(span, by_id)
         attributes: dict[str, JsonValue] = {
@@ -212,18 +176,21 @@ def _role(span: Span, by_id: Mapping[str, Span]) -> str | None:
     return None
 
 
-def _retokenized(span: Span, retokenizer: TemplateRetokenizer) -> Span:
-    messages, response, tools = _call(span)
-    if messages is None or response is None:
-        return span
-    result = retokenizer.retokenize(messages, response, tools)
+def _retokenized(span: Span, retokenizer: TemplateRetokenizer | None, spans: Sequence[Span]) -> Span:
+    events = [event for s in spans if s.parent_id == span.span_id and (event := log_event(s)) is not None]
+    if events:
+        span = with_log_events(span, events)
+    result = retokenize_call(span, retokenizer)
     attributes = dict(span.attributes)
-    attributes[semconv.PROMPT_TOKEN_IDS] = list[JsonValue](result.prompt_ids)
-    attributes[semconv.RESPONSE_TOKEN_IDS] = list[JsonValue](result.response_ids)
-    attributes[semconv.RETOKENIZED] = True
-    attributes[EXACT] = result.exact
-    if result.mismatch is not None:
+    if result.prompt_ids:
+        attributes[semconv.PROMPT_TOKEN_IDS] = list[JsonValue](result.prompt_ids)
+        attributes[semconv.RESPONSE_TOKEN_IDS] = list[JsonValue](result.response_ids)
+        attributes[semconv.RETOKENIZED] = True
+    if result.prompt_ids or not result.exact:
+        attributes[EXACT] = result.exact
+    if not result.exact:
         attributes[MISMATCH] = result.mismatch
+        attributes[semconv.RETOKENIZED_REASONS] = list[JsonValue](result.reasons)
     return span.model_copy(update={"attributes": attributes})
 
 
@@ -276,9 +243,21 @@ async def explain_imported(
     return imported
 
 
+@dataclass(slots=True)
+class ChatExport:
+    """SFT conversations, and the calls left out of them with why (``{"inexact: text_missing": 2}``)."""
+
+    records: list[dict[str, JsonValue]] = field(default_factory=list[dict[str, JsonValue]])
+    skipped: Counter[str] = field(default_factory=Counter[str])
+
+
 def chat_records(
-    imported: Iterable[ImportedRollout], *, roles: RoleFilter = None, min_reward: float | None = None
-) -> list[dict[str, JsonValue]]:
+    imported: Iterable[ImportedRollout],
+    *,
+    roles: RoleFilter = None,
+    min_reward: float | None = None,
+    include_inexact: bool = False,
+) -> ChatExport:
     """One SFT conversation per call (its request messages, then its answer), role filter applied.
 
     Earlier assistant turns are context, marked ``"weight": 0`` as in OpenAI's fine-tuning format
@@ -286,18 +265,30 @@ def chat_records(
     role filter holds.
 
     ``reward`` is the call's credited reward when its trace recorded one, else null; ``min_reward``
-    keeps only calls credited at least that (so it leaves out unrewarded ones).
+    keeps only calls credited at least that (so it leaves out unrewarded ones). A call whose record is
+    not the whole call (text it lacks, tools it used but does not hold) is left out and counted, as
+    training leaves it out, unless ``include_inexact``; so is one that failed.
     """
-    records: list[dict[str, JsonValue]] = []
+    export = ChatExport()
     for rollout in imported:
         for call in rollout.verdict.calls:
-            if call.reason is Reason.FAILED_CALL or not role_matches(roles, call.role):
+            if call.reason is Reason.FAILED_CALL:
+                export.skipped["failed call"] += 1
+                continue
+            if not role_matches(roles, call.role):
+                export.skipped[Reason.FILTERED_ROLE.value] += 1
                 continue
             messages, response, tools = _call(call.span)
-            if messages is None or response is None:
+            flaws = text_mismatches(call.span)
+            if messages is not None and response is not None:
+                flaws += recorded_mismatches(messages, response, tools)
+            if messages is None or response is None or (flaws and not include_inexact):
+                reasons = ", ".join(dict.fromkeys(m.reason.value for m in flaws)) or Inexact.NO_TEXT.value
+                export.skipped[f"inexact ({reasons})"] += 1
                 continue
             reward = call.reward if rollout.reward is not None else None
             if min_reward is not None and (reward is None or reward < min_reward):
+                export.skipped["below --min-reward" if reward is not None else "no reward"] += 1
                 continue
             context = [{**m, "weight": 0} if m.get("role") == "assistant" else m for m in messages]
             record: dict[str, JsonValue] = {"messages": cast(list[JsonValue], [*context, response])}
@@ -309,5 +300,5 @@ def chat_records(
                 "rollout_id": rollout.verdict.rollout.rollout_id,
                 "span_id": call.span.span_id,
             }
-            records.append(record)
-    return records
+            export.records.append(record)
+    return export

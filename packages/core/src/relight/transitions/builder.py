@@ -80,6 +80,9 @@ class TransitionBuilder:
         group_by_role: group transitions by task and role (``<group>/<role>``) rather than by task.
         include_failed: also make transitions of failed rollouts (from their last attempt).
         failed_reward: the return of a failed attempt that recorded no reward.
+        include_inexact: also train calls whose token ids are not exactly the call (``relight.retokenized.exact``
+            false: a retokenized call whose text, tool calls or tools its ids miss); they are left out and
+            counted by default, noted when kept.
         credit_options: passed to the credit assigner's factory (``gamma=0.9``).
     """
 
@@ -92,6 +95,7 @@ class TransitionBuilder:
         group_by_role: bool = False,
         include_failed: bool = False,
         failed_reward: float = 0.0,
+        include_inexact: bool = False,
         **credit_options: float | str,
     ) -> None:
         if policies is not None and roles is not None:
@@ -107,8 +111,11 @@ class TransitionBuilder:
         self.group_by_role = group_by_role
         self.include_failed = include_failed
         self.failed_reward = failed_reward
+        self.include_inexact = include_inexact
         self.skipped = 0
         """Calls left out because they had no token ids (see the gateway's ``untrainable`` count)."""
+        self.inexact = 0
+        """Calls left out because their token ids are not exactly the call (``include_inexact`` keeps them)."""
         self.left_out: Counter[str] = Counter()
         """With policies: calls of each policy's roles that :meth:`from_spans` left out so far (a frozen policy,
         served by another policy, no token ids)."""
@@ -146,6 +153,7 @@ class TransitionBuilder:
         """Transitions of one attempt, from its spans."""
         verdicts = self.judge(rollout, attempt_id, spans)
         self.skipped += sum(verdict.reason is Reason.NO_TOKEN_IDS for verdict in verdicts)
+        self.inexact += sum(verdict.reason is Reason.INEXACT for verdict in verdicts)
         self.left_out.update(v.policy for v in verdicts if v.policy is not None and v.reason is not None)
         return [verdict.transition for verdict in verdicts if verdict.transition is not None]
 
@@ -245,6 +253,10 @@ class TransitionBuilder:
             left_out = _policy_left_out(policy, item.role, attributes, self._policies)
             if left_out is not None:
                 return CallVerdict(item.span, step, item.role, reward, None, left_out[0], left_out[1], policy=policy)
+        inexact = attributes.get(semconv.RETOKENIZED_EXACT) is False
+        if inexact and not self.include_inexact:
+            detail = str(attributes.get(semconv.RETOKENIZED_MISMATCH) or "its token ids are not exactly the call")
+            return CallVerdict(item.span, step, item.role, reward, None, Reason.INEXACT, detail, policy=policy)
         prompt_ids, response_ids = attributes.get(semconv.PROMPT_TOKEN_IDS), attributes.get(semconv.RESPONSE_TOKEN_IDS)
         if not (isinstance(prompt_ids, list) and prompt_ids and isinstance(response_ids, list)):
             detail = (
@@ -254,7 +266,7 @@ class TransitionBuilder:
             )
             return CallVerdict(item.span, step, item.role, reward, None, Reason.NO_TOKEN_IDS, detail, policy=policy)
         notes = [Note.RETOKENIZED] if attributes.get(semconv.RETOKENIZED) is True else []
-        if attributes.get(semconv.RETOKENIZED_EXACT) is False:
+        if inexact:
             notes.append(Note.INEXACT)
         finish = attributes.get(semconv.GEN_AI_RESPONSE_FINISH_REASONS)
         if isinstance(finish, list) and "length" in finish:
@@ -326,6 +338,8 @@ def _metadata(attributes: dict[str, JsonValue]) -> dict[str, JsonValue]:
         metadata["retokenized_exact"] = attributes[semconv.RETOKENIZED_EXACT]
     if semconv.RETOKENIZED_MISMATCH in attributes:
         metadata["retokenized_mismatch"] = attributes[semconv.RETOKENIZED_MISMATCH]
+    if semconv.RETOKENIZED_REASONS in attributes:
+        metadata["retokenized_reasons"] = attributes[semconv.RETOKENIZED_REASONS]
     return metadata
 
 

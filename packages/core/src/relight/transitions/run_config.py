@@ -40,8 +40,12 @@ reported (``{"writer": {"loss": …, "reward": …, "transitions": …, "calls_l
 
 def describe(builder: TransitionBuilder) -> dict[str, JsonValue]:
     """The builder's role filter (a regular expression, or a list of exact roles), its policies (each one's
-    roles and whether it is frozen; absent in a run of one policy) and ``include_failed``."""
-    described: dict[str, JsonValue] = {"roles": _described(builder.roles), "include_failed": builder.include_failed}
+    roles and whether it is frozen; absent in a run of one policy), ``include_failed`` and ``include_inexact``."""
+    described: dict[str, JsonValue] = {
+        "roles": _described(builder.roles),
+        "include_failed": builder.include_failed,
+        "include_inexact": builder.include_inexact,
+    }
     if builder.policies is not None:
         described["policies"] = {
             name: {"roles": _described(policy.roles), "frozen": policy.frozen}
@@ -82,6 +86,7 @@ async def builder_of_run(store: Store) -> TransitionBuilder | None:
         roles=_roles(described.get("roles")),
         policies=_policies(described.get("policies")),
         include_failed=described.get("include_failed") is True,
+        include_inexact=described.get("include_inexact") is True,
     )
 
 

@@ -50,6 +50,9 @@ class Reason(StrEnum):
     the base model did): its tokens are not that policy's to learn from."""
     NO_TOKEN_IDS = "no token ids"
     """The upstream gave no token ids and nothing retokenized the call: it is untrainable."""
+    INEXACT = "inexact tokens"
+    """Its token ids, made from its record, are not exactly the call (text, tool calls or tools missing or not
+    rendered; see :class:`relight.chat.Inexact`): left out unless the builder keeps them (``include_inexact``)."""
     NO_SIGNAL = "group without signal"
     """Its group's rewards were all equal: a group-relative algorithm (GRPO) learns nothing from it and skips it."""
     UPDATE_SKIPPED = "update skipped"
@@ -63,8 +66,8 @@ class Note(StrEnum):
 
     RETOKENIZED = "retokenized"
     """The upstream gave no token ids; the gateway tokenized the text, which may differ from what was sampled."""
-    INEXACT = "inexact retokenization"
-    """A retokenized call from an imported trace whose tokens do not reproduce the traced text exactly."""
+    INEXACT = "inexact tokens"
+    """Its token ids are not exactly the call, and the builder keeps such calls (``include_inexact``)."""
     TRUNCATED = "truncated"
     """The response stopped at its token limit (finish reason ``length``), so it may be cut mid-answer."""
 
