@@ -440,7 +440,8 @@ def test_traces_become_sft_data_that_relight_torch_trains_on(
     assert main(["export", "--store", store_url, "--format", "chat", "-o", str(all_path)]) == 0
     said = capsys.readouterr().err
     assert "wrote 2 conversation(s); calls left out:" in said
-    assert "1 inexact (content_not_text)" in said and "1 inexact (tools_missing)" in said and "1 failed call" in said
+    for reason in ("1 inexact (content_not_text)", "1 inexact (tools_missing)", "1 failed call"):
+        assert reason in said
     chat = ["export", "--store", store_url, "--format", "chat", "--include-inexact"]
     assert main([*chat, "-o", str(all_path)]) == 0
     rewards = {json.loads(line)["role"]: json.loads(line)["reward"] for line in all_path.read_text().splitlines()}
