@@ -177,6 +177,17 @@ class ImportStats:
     metric_points: int = 0
     """Metric data points received (answered, counted, not kept: relight trains on traces)."""
 
+    def as_json(self) -> dict[str, JsonValue]:
+        return {
+            "spans": self.spans,
+            "log_records": self.log_records,
+            "rollouts": self.rollouts,
+            "moved": self.moved,
+            "sessions_named_late": self.sessions_named_late,
+            "refused": dict[str, JsonValue](self.refused),
+            "metric_points": self.metric_points,
+        }
+
 
 @dataclass(slots=True)
 class _Trace:
@@ -720,13 +731,13 @@ def _cause(text: CallText, log_events: int) -> str | None:
         if log_events:
             return "the GenAI events received for this call hold no messages"
         return (
-            "the trace holds none of this call's messages: its tracer's content capture is off "
+            "its tracer's content capture is off "
             "(OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT, TRACELOOP_TRACE_CONTENT, OPENINFERENCE_HIDE_*), "
-            "or it sends them as OTLP log events and none reached this receiver's /v1/logs "
+            "or it sends messages as OTLP log events and none reached this receiver's /v1/logs "
             "(OTEL_EXPORTER_OTLP_LOGS_ENDPOINT)"
         )
     if not text.input_messages or not text.output_messages:
-        return f"the trace holds no {'request' if not text.input_messages else 'answer'} messages for this call"
+        return "its tracer recorded only part of the call"
     if not text.missing_text:
         return None
     if all(entry.endswith(HIDDEN) for entry in text.missing_text):

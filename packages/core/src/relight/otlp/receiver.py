@@ -20,7 +20,6 @@ recorded beside its queue, never claimed from it.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import hmac
 import json
 import logging
@@ -123,7 +122,7 @@ def create_otlp_app(
 
     @app.get("/stats")
     async def stats() -> JSONResponse:  # pyright: ignore[reportUnusedFunction]
-        return JSONResponse(dataclasses.asdict(importer.stats))
+        return JSONResponse(importer.stats.as_json())
 
     return app
 
@@ -217,4 +216,4 @@ async def serve_otlp(
         await server.stop()
         await store.close()
         importer: TraceImporter = app.state.importer
-        logger.info("relight: the OTLP receiver stopped; it stored %s", json.dumps(dataclasses.asdict(importer.stats)))
+        logger.info("relight: the OTLP receiver stopped; it stored %s", json.dumps(importer.stats.as_json()))
