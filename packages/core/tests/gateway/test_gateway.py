@@ -15,7 +15,7 @@ from starlette.responses import StreamingResponse
 from relight import semconv
 from relight.gateway import Gateway
 from relight.gateway.app import sse_response
-from relight.records import RolloutRequest, Span
+from relight.records import AttemptStatus, RolloutRequest, Span
 from relight.scripted import (
     Reply,
     ScriptedUpstream,
@@ -24,9 +24,12 @@ from relight.scripted import (
     ToolCall,
     encode,
     render_prompt,
+    turns,
 )
 from relight.stores.memory import InMemoryStore
 from relight.tracing.context import AttemptRef
+from relight.transitions.builder import TransitionBuilder
+from relight.transitions.verdicts import Note, Reason
 from relight_testing.store import SETTLE
 
 MESSAGES: Any = [{"role": "system", "content": "be terse"}, {"role": "user", "content": "hello"}]
@@ -391,6 +394,33 @@ async def test_upstream_without_token_ids_is_retokenized_and_marked(stream: bool
     assert span.attributes[semconv.RESPONSE_TOKEN_IDS] == encode("hello")
     assert semconv.RESPONSE_LOGPROBS not in span.attributes
     assert (gateway.stats.retokenized, gateway.stats.untrainable) == (1, 0)
+
+
+async def test_a_retokenized_tool_call_is_marked_inexact_and_left_out_of_training() -> None:
+    """Without ids, a tool call is retokenized from its JSON, not the markup the model wrote: not exact."""
+    store = InMemoryStore()
+    (session,) = await start_attempts(store, 1)
+    script = turns(Reply(tool_calls=[ToolCall("search", {"q": "otters"})]))
+    async with (
+        ScriptedUpstream(script, return_token_ids=False) as upstream,
+        Gateway(store, [upstream.base_url], retokenizer=ScriptedRetokenizer()) as gateway,
+        openai.AsyncOpenAI(
+            base_url=gateway.base_url_for(session.rollout_id, session.attempt_id), api_key="x"
+        ) as client,
+    ):
+        await client.chat.completions.create(model="s", messages=MESSAGES)
+        await gateway.flush()
+    (span,) = await store.query_spans(session.rollout_id)
+    assert span.attributes[semconv.RETOKENIZED] is True
+    assert span.attributes[semconv.RETOKENIZED_EXACT] is False
+    assert span.attributes[semconv.RETOKENIZED_REASONS] == ["tool_calls_not_rendered"]
+    await store.finish_attempt(session.rollout_id, session.attempt_id, AttemptStatus.SUCCEEDED)
+    rollout = await store.get_rollout(session.rollout_id)
+    (call,) = (await TransitionBuilder().explain(store, rollout, training=False)).calls
+    assert (call.reason, call.detail) == (Reason.INEXACT, span.attributes[semconv.RETOKENIZED_MISMATCH])
+    (kept,) = (await TransitionBuilder(include_inexact=True).explain(store, rollout, training=False)).calls
+    assert kept.trained
+    assert Note.INEXACT in kept.notes
 
 
 async def test_without_token_ids_or_retokenizer_the_call_is_recorded_untrainable(

@@ -77,6 +77,8 @@ class Exchange:
     finish_reason: str | None = None
     usage: Json | None = None
     retokenized: bool = False
+    inexact: str | None = None
+    """Why a retokenized call's ids are not what the model produced (an :class:`relight.chat.Inexact` and why)."""
     error: str | None = None
     error_type: str | None = None
     upstream_status: int | None = None
@@ -170,6 +172,11 @@ class Exchange:
         self.response_token_ids = response
         self.logprobs = None
         self.retokenized = True
+        if calls:  # the model wrote its calls in its own markup, which the text no longer holds
+            self.inexact = (
+                "tool_calls_not_rendered: the upstream gave no token ids, and its tool calls are retokenized as JSON "
+                "text, not as the model wrote them"
+            )
         self.usage = {"prompt_tokens": len(self.prompt_token_ids), "completion_tokens": len(response)}
 
     def to_span(self) -> Span:
@@ -184,6 +191,7 @@ class Exchange:
             semconv.UPSTREAM: self.upstream,
             semconv.STREAM: bool(self.request.get("stream")),
             semconv.RETOKENIZED: self.retokenized,
+            **_inexact(self.inexact),
             semconv.ROLLOUT_ID: self.session.rollout_id,
             semconv.ATTEMPT_ID: self.session.attempt_id,
         }
@@ -251,3 +259,11 @@ class Exchange:
         if self.logprobs is not None and len(self.logprobs) == len(self.response_token_ids or ()):
             attributes[semconv.RESPONSE_LOGPROBS] = list[JsonValue](self.logprobs)
         return attributes
+
+
+def _inexact(reason: str | None) -> dict[str, JsonValue]:
+    """The exactness attributes of a retokenized call whose ids are not what the model produced."""
+    if reason is None:
+        return {}
+    code = reason.split(":", 1)[0]
+    return {semconv.RETOKENIZED_EXACT: False, semconv.RETOKENIZED_MISMATCH: reason, semconv.RETOKENIZED_REASONS: [code]}

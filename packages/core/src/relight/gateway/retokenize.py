@@ -2,7 +2,10 @@
 
 Retokenized ids may differ from what the model actually sampled (a tokenizer can split the same
 text in more than one way), so the gateway marks such spans ``relight.retokenized`` and counts
-them; trainers may choose to skip them. Logprobs cannot be recovered and are left out.
+them; trainers may choose to skip them. Logprobs cannot be recovered and are left out. A response
+with tool calls is retokenized from their JSON, not the markup the model wrote them in: such a call
+is marked inexact (``relight.retokenized.exact`` false, ``tool_calls_not_rendered``), and training
+leaves it out unless told to keep inexact calls.
 """
 
 from __future__ import annotations
