@@ -70,7 +70,11 @@ async def test_200_rollouts_through_the_loop_carry_exactly_what_the_upstream_sen
     assert (await store.get_resources()).items == {
         "model": "scripted",
         "policy_version": 2,
-        "relight.transitions": {"roles": None, "include_failed": False},  # how the run judged calls, for readers
+        "relight.transitions": {
+            "roles": None,
+            "include_failed": False,
+            "include_inexact": False,
+        },  # how the run judged calls, for readers
         "prompt": "Repeat the last message.",
     }
 

@@ -70,6 +70,7 @@ async def test_the_algorithm_learns_the_policies_before_it_serves_and_the_run_pu
     assert items[TRANSITIONS_ITEM] == {
         "roles": None,
         "include_failed": False,
+        "include_inexact": False,
         "policies": {
             "writer": {"roles": "write|rewrite", "frozen": False},
             "checker": {"roles": {"exact": ["check_query"]}, "frozen": False},
