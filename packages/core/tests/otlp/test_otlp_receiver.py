@@ -359,6 +359,7 @@ def test_a_span_sent_again_is_stored_once_and_a_changed_one_is_refused(
     response = _post(server, changed.SerializeToString(), "application/x-protobuf")
     assert response.status_code == 400
     assert server.call(store.stats()).spans == 1
+    assert httpx.get(f"{server.url}/stats").json()["refused_exports"] == {"400": 1}  # counted, as well as answered
 
 
 class _AnotherReceiverFirst(InMemoryStore):

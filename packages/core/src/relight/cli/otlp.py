@@ -23,11 +23,13 @@ def register(add_command: AddCommand) -> None:
     actions = group.add_subparsers(title="actions", metavar="ACTION", required=True)
     serve = actions.add_parser(
         "serve",
-        help="serve /v1/traces (OTLP/HTTP, protobuf and JSON) until interrupted",
+        help="serve /v1/traces, /v1/logs and /v1/metrics (OTLP/HTTP, protobuf and JSON) until interrupted",
         description="Receive OpenTelemetry traces from any OTLP/HTTP exporter and store each trace (or session) "
         "as a rollout, its GenAI calls mapped to relight's LLM spans (GenAI conventions, OpenInference, "
-        "OpenLLMetry). Any store works, the one a training run uses included: imported rollouts never enter "
-        "its queue. Prints the endpoint once listening.",
+        "OpenLLMetry) and the GenAI events sent as log records joined to them; metrics are answered and "
+        "counted. Nothing accepted is dropped: spans before a trace's first LLM call wait in the store. Any "
+        "store works, the one a training run uses included: imported rollouts never enter its queue. Prints "
+        "the traces endpoint once listening.",
     )
     add_store_option(serve)
     serve.add_argument("--host", default="127.0.0.1", help="interface to bind (default: 127.0.0.1)")

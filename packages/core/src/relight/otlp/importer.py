@@ -39,7 +39,7 @@ import hashlib
 import json
 import logging
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -69,6 +69,7 @@ __all__ = [
     "log_event",
     "session_rollout_id",
     "trace_rollout_id",
+    "with_log_events",
 ]
 
 logger = logging.getLogger(__name__)
@@ -173,7 +174,9 @@ class ImportStats:
     """Traces whose spans named a session after the trace had formed a rollout of its own with an LLM call:
     they stay in the trace's rollout."""
     refused: Counter[str] = field(default_factory=Counter[str])
-    """Log records (or spans) not stored, by reason."""
+    """Log records (or spans) of accepted exports not stored, by reason."""
+    refused_exports: Counter[str] = field(default_factory=Counter[str])
+    """Exports refused whole (nothing of them stored), by HTTP status."""
     metric_points: int = 0
     """Metric data points received (answered, counted, not kept: relight trains on traces)."""
 
@@ -185,6 +188,7 @@ class ImportStats:
             "moved": self.moved,
             "sessions_named_late": self.sessions_named_late,
             "refused": dict[str, JsonValue](self.refused),
+            "refused_exports": dict[str, JsonValue](self.refused_exports),
             "metric_points": self.metric_points,
         }
 
@@ -781,11 +785,6 @@ def _taken(rollout_id: str) -> TraceConflictError:
         f"source={SOURCE!r} or it has no attempt): its spans are not added to it. Remove that rollout, or "
         "import into another store"
     )
-
-
-def imported(rollouts: Iterable[Rollout]) -> list[Rollout]:
-    """The rollouts among ``rollouts`` that the importer made."""
-    return [rollout for rollout in rollouts if rollout.metadata.get("source") == SOURCE]
 
 
 async def add_reward(store: Store, rollout_id: str, value: float, *, name: str = "reward") -> Span:

@@ -39,7 +39,7 @@ from relight.otlp.decode import (
     decode_traces,
     require_proto,
 )
-from relight.otlp.importer import ImportOptions, ImportResult, TraceConflictError, TraceImporter
+from relight.otlp.importer import ImportOptions, ImportResult, ImportStats, TraceConflictError, TraceImporter
 from relight.store import Store
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "DEFAULT_PORT", "create_otlp_app", "serve_otlp"]
@@ -94,7 +94,7 @@ def create_otlp_app(
                 answer.partial_success.error_message = result.summary()
             return answer
 
-        return await _receive(request, handle, token=token, max_body_bytes=max_body_bytes)
+        return await _receive(request, handle, importer.stats, token=token, max_body_bytes=max_body_bytes)
 
     @app.post("/v1/logs")
     async def logs(request: Request) -> Response:  # pyright: ignore[reportUnusedFunction]
@@ -107,7 +107,7 @@ def create_otlp_app(
                 answer.partial_success.error_message = result.summary()
             return answer
 
-        return await _receive(request, handle, token=token, max_body_bytes=max_body_bytes)
+        return await _receive(request, handle, importer.stats, token=token, max_body_bytes=max_body_bytes)
 
     @app.post("/v1/metrics")
     async def metrics(request: Request) -> Response:  # pyright: ignore[reportUnusedFunction]
@@ -118,7 +118,7 @@ def create_otlp_app(
             importer.stats.metric_points += points
             return metrics_service_pb2.ExportMetricsServiceResponse()
 
-        return await _receive(request, handle, token=token, max_body_bytes=max_body_bytes)
+        return await _receive(request, handle, importer.stats, token=token, max_body_bytes=max_body_bytes)
 
     @app.get("/stats")
     async def stats() -> JSONResponse:  # pyright: ignore[reportUnusedFunction]
@@ -130,34 +130,45 @@ def create_otlp_app(
 async def _receive(
     request: Request,
     handle: Callable[[bytes, str, str | None], Awaitable[Any]],
+    stats: ImportStats,
     *,
     token: str | None,
     max_body_bytes: int,
 ) -> Response:
-    """Check, read and hand one export to ``handle``; its answer (a protobuf message) in the request's encoding."""
+    """Check, read and hand one export to ``handle``; its answer (a protobuf message) in the request's encoding.
+
+    A refused export is logged and counted (``stats.refused_exports``, by status) as well as answered.
+    """
     content_type = request.headers.get("content-type", "")
     media = content_type.split(";", 1)[0].strip().lower()
     if token is not None and not hmac.compare_digest(
         request.headers.get("authorization", "").encode(), f"Bearer {token}".encode()
     ):
-        return _status(401, _UNAUTHENTICATED, "missing or wrong bearer token", media)
+        return _refused(stats, request, 401, _UNAUTHENTICATED, "missing or wrong bearer token", media)
     if media not in {_PROTOBUF, _JSON}:
-        return _status(415, _INVALID_ARGUMENT, f"Content-Type {content_type!r} is not {_PROTOBUF} or {_JSON}", _JSON)
+        message = f"Content-Type {content_type!r} is not {_PROTOBUF} or {_JSON}"
+        return _refused(stats, request, 415, _INVALID_ARGUMENT, message, _JSON)
     try:
         body = await _read_body(request, max_body_bytes)
         answer = await handle(body, content_type, request.headers.get("content-encoding"))
     except OtlpBodyTooLargeError as error:
-        return _status(413, _RESOURCE_EXHAUSTED, str(error), media)
+        return _refused(stats, request, 413, _RESOURCE_EXHAUSTED, str(error), media)
     except OtlpBodyError as error:
-        return _status(400, _INVALID_ARGUMENT, str(error), media)
+        return _refused(stats, request, 400, _INVALID_ARGUMENT, str(error), media)
     except TraceConflictError as error:
-        return _status(409, _ALREADY_EXISTS, str(error), media)
+        return _refused(stats, request, 409, _ALREADY_EXISTS, str(error), media)
     except StoreUnavailableError as error:
-        return _status(503, _UNAVAILABLE, f"the store is unavailable: {error}", media)
+        return _refused(stats, request, 503, _UNAVAILABLE, f"the store is unavailable: {error}", media)
     except RelightError as error:
         logger.exception("relight: storing an OTLP export failed")
-        return _status(500, _INTERNAL, f"storing the export failed: {error}", media)
+        return _refused(stats, request, 500, _INTERNAL, f"storing the export failed: {error}", media)
     return _message(200, answer, media)
+
+
+def _refused(stats: ImportStats, request: Request, status: int, code: int, message: str, media: str) -> Response:
+    stats.refused_exports[str(status)] += 1
+    logger.warning("relight: OTLP export to %s refused with %d: %s", request.url.path, status, message)
+    return _status(status, code, message, media)
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
