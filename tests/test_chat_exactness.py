@@ -15,10 +15,10 @@ import pytest
 from transformers import AutoTokenizer
 
 from relight.chat import Inexact, assistant_turn, normal_tools, render, retokenize
-from relight_torch import testing as torch_testing
-from relight_torch.tiny import tiny_tokenizer
+from relight_testing import models as testing_models
+from relight_torch.models.tiny import tiny_tokenizer
 
-smollm2_path = torch_testing.smollm2_path
+smollm2_path = testing_models.smollm2_path
 
 TOOL = {
     "name": "search",

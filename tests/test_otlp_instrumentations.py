@@ -35,9 +35,9 @@ from relight.otlp import ImportOptions, TemplateRetokenizer, chat_records, creat
 from relight.records import RolloutStatus, Span
 from relight.scripted import Reply, ScriptedUpstream, ScriptRequest, ToolCall
 from relight.transitions.verdicts import Reason
-from relight_torch import testing as torch_testing
+from relight_testing import models as testing_models
 
-smollm2_path = torch_testing.smollm2_path
+smollm2_path = testing_models.smollm2_path
 """The SmolLM2 folder, whose tokenizer (a template that renders no tools) retokenizes the calls."""
 
 APP = Path(__file__).with_name("otlp_instrumented_app.py")
