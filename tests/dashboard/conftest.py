@@ -138,3 +138,43 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TrainedRun]:
     history, builder, engine = train(url)
     yield TrainedRun(url, history, builder, engine)
     engine.close()
+
+
+@dataclass(frozen=True)
+class TwoRuns:
+    """Two finished run folders of the tiny model, alike but for the learning rate and the number of steps."""
+
+    slow: Path
+    """lr 1e-3, two steps."""
+    fast: Path
+    """lr 1e-2, three steps."""
+    slow_history: list[dict[str, float]]
+    fast_history: list[dict[str, float]]
+
+
+def fit_run_folder(run_dir: Path, *, lr: float, steps: int) -> list[dict[str, float]]:
+    """A whole ``fit`` into ``run_dir``: ``steps`` steps of two tasks, validated before, between and after."""
+    engine = tiny_engine(seed=0)
+    try:
+        trainer = relight.Trainer(
+            GRPO(engine, lr=lr),
+            batch_size=2,
+            n_samples=2,
+            concurrency=4,
+            val_every=1,
+            transitions=TransitionBuilder(roles="solver"),
+            run_dir=run_dir,
+            console=Console(file=io.StringIO()),
+        )
+        return trainer.fit(two_roles, tasks(2 * steps, 41), tasks(1, 70))
+    finally:
+        engine.close()
+
+
+@pytest.fixture(scope="session")
+def two_runs(tmp_path_factory: pytest.TempPathFactory) -> TwoRuns:
+    """Shared by the compare command's tests and the dashboard's compare page: two real runs, made once."""
+    root = tmp_path_factory.mktemp("compared")
+    slow = fit_run_folder(root / "slow", lr=1e-3, steps=2)
+    fast = fit_run_folder(root / "fast", lr=1e-2, steps=3)
+    return TwoRuns(root / "slow", root / "fast", slow, fast)

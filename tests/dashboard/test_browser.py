@@ -248,3 +248,23 @@ def test_the_documented_headless_screenshot_returns(trained: Any) -> None:
         server.wait(timeout=60)
         if server.stdout is not None:
             server.stdout.close()
+
+
+async def test_the_compare_page_overlays_the_runs_curves_and_their_differences(page: Any, two_runs: Any) -> None:
+    """``relight dashboard --runs runs/`` without a store: the compare page is the home page."""
+    from relight.dashboard.compared import ComparedRuns
+
+    async with Dashboard(None, port=0, runs=ComparedRuns([two_runs.slow.parent]), live=False) as served:
+        await page.goto(served.url)
+        await page.wait_for_selector("#chart-compare-train[data-points] canvas")
+        await page.wait_for_selector("#chart-compare-val[data-points] canvas")
+        assert await page.get_attribute("#chart-compare-train", "data-series") == "2"
+        assert await page.get_attribute("#chart-compare-train", "data-points") == "5"  # three steps and two
+        assert await page.get_attribute("#chart-compare-val", "data-points") == "7"  # each validation, step 0 too
+        legend = await page.locator("#chart-compare-train .u-legend").inner_text()
+        assert "slow" in legend and "fast" in legend
+        assert await page.locator("[data-testid=compare-figures] tbody tr").count() == 2
+        lr = await page.locator("[data-setting='algorithm.lr'] td").all_inner_texts()
+        assert lr == ["algorithm.lr", "0.01", "0.001"]
+        assert await page.locator("nav a").all_inner_texts() == ["Compare"]  # no store: nothing else to show
+        await shoot(page, "compare")

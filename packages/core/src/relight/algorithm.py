@@ -33,6 +33,11 @@ neither:
   ``policy``) and returns metrics per policy under ``"<metric>/<policy>"`` keys (``"loss/writer"``,
   ``"reward/writer"``, ``"policy_version/writer"``), which the run folder, trackers and dashboard show
   per policy.
+
+Any algorithm may also say how it is set up, for the run folder's ``run.json`` (and so ``relight compare``):
+
+- ``settings: Mapping[str, JsonValue]``, the choices that make its runs differ (``{"lr": 1e-3, "clip": 0.2}``);
+  read through :func:`algorithm_settings`.
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ from pydantic import JsonValue
 from relight.engine import Engine
 from relight.records import Transition
 
-__all__ = ["Algorithm", "UpstreamTarget", "policy_versions"]
+__all__ = ["Algorithm", "UpstreamTarget", "algorithm_settings", "policy_versions"]
 
 UpstreamTarget = Engine | str
 """Where the policy is served: an in-process engine, or an OpenAI-compatible base URL (``http://host:8000/v1``)."""
@@ -103,3 +108,11 @@ def policy_versions(algorithm: object) -> Mapping[str, int] | None:
     if not isinstance(versions, Mapping):
         return None
     return {str(name): int(version) for name, version in cast(Mapping[object, int], versions).items()}
+
+
+def algorithm_settings(algorithm: object) -> dict[str, JsonValue]:
+    """The algorithm's own settings (its ``settings``), for run.json; ``{}`` for one that states none."""
+    settings = getattr(algorithm, "settings", None)
+    if not isinstance(settings, Mapping):
+        return {}
+    return {str(name): value for name, value in cast(Mapping[object, JsonValue], settings).items()}

@@ -45,3 +45,8 @@ class PluginError(RelightError):
 
 class ConfigError(RelightError, ValueError):
     """A configuration value is invalid; the message names the option and what is accepted."""
+
+
+class RunFolderError(ConfigError):
+    """A folder is not a run folder this relight can read: no ``run.json``, an unreadable one, one written by
+    a relight whose run-folder layout this one does not know, or no checkpoint where one is needed."""

@@ -13,12 +13,13 @@ from collections.abc import Sequence
 from rich.console import Console
 
 from relight import __version__
-from relight.cli import dashboard, export, otlp, rollouts, runner, stats, store
+from relight.cli import compare, dashboard, export, otlp, rollouts, runner, stats, store
+from relight.cli._common import exit_status
 from relight.errors import RelightError
 
 __all__ = ["COMMAND_GROUPS", "main"]
 
-COMMAND_GROUPS = (rollouts, stats, store, export, runner, dashboard, otlp)
+COMMAND_GROUPS = (rollouts, stats, store, export, runner, dashboard, otlp, compare)
 
 _DESCRIPTION = """\
 Reinforcement learning for the agents you already have.
@@ -45,13 +46,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command; returns the exit status (0 on success, 1 on an error relight explains)."""
+    """Run one command; returns the exit status (0 on success, 1 on an error relight explains, 2 on bad input for
+    the commands that say so)."""
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
     except RelightError as error:
         Console(stderr=True).print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
-        return 1
+        return exit_status(args, error)
     except KeyboardInterrupt:
         return 130
 

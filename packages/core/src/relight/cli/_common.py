@@ -11,7 +11,7 @@ from typing import TypeVar
 
 from rich.console import Console
 
-from relight.errors import ConfigError
+from relight.errors import ConfigError, NotFoundError
 from relight.plugins import open_store
 from relight.store import Store
 
@@ -53,6 +53,17 @@ def with_store(args: argparse.Namespace, use: Callable[[Store], Awaitable[T]]) -
     return asyncio.run(run())
 
 
+BAD_INPUT_STATUS = 2
+"""The exit status of a command that refuses bad input (a folder that is no run folder, a rollout the store does
+not hold, a reward that does not import) in the commands that say so; argparse's own for a bad command line."""
+
+
+def refuse_bad_input_with_2(parser: argparse.ArgumentParser) -> None:
+    """Make the command exit :data:`BAD_INPUT_STATUS` on a :class:`ConfigError` or :class:`NotFoundError`, so a
+    script tells bad input from a failure of the work itself (1)."""
+    parser.set_defaults(bad_input_status=BAD_INPUT_STATUS)
+
+
 def add_json_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON (one object per line) for scripts")
 
@@ -86,3 +97,11 @@ STATUS_STYLES = {
 
 def styled_status(status: str) -> str:
     return f"[{STATUS_STYLES.get(status, 'default')}]{status}[/]"
+
+
+def exit_status(args: argparse.Namespace, error: Exception) -> int:
+    """The status a command exits with after ``error``: :data:`BAD_INPUT_STATUS` for bad input where the command
+    asked for it (:func:`refuse_bad_input_with_2`), 1 otherwise."""
+    if isinstance(error, ConfigError | NotFoundError):
+        return int(getattr(args, "bad_input_status", 1))
+    return 1

@@ -12,6 +12,7 @@ from typing import Any
 from rich.console import Console
 
 from relight.cli._common import AddCommand, add_store_option, store_url
+from relight.dashboard.compared import ComparedRuns
 from relight.dashboard.detail import Decoder
 from relight.dashboard.server import DEFAULT_PORT, Dashboard
 from relight.errors import ConfigError
@@ -28,10 +29,18 @@ def register(add_command: AddCommand) -> None:
         help="see runs, rollouts, span trees and token logprobs in a browser",
         description="Serve a read-only web dashboard of a store: reward curves that update while a run trains, "
         "a filterable list of rollouts, and each rollout's attempts, span tree, LLM calls with tokens coloured "
-        "by logprob, and why each call was or was not trained. Prints the URL once listening. A token is "
-        "required to bind beyond 127.0.0.1.",
+        "by logprob, and why each call was or was not trained. With --runs, a compare page too: run folders' "
+        "reward and validation curves overlaid, the settings that differ and their final figures (--runs alone "
+        "serves that page without a store). Prints the URL once listening. A token is required to bind beyond "
+        "127.0.0.1.",
     )
     add_store_option(parser)
+    parser.add_argument(
+        "--runs",
+        nargs="+",
+        metavar="DIR",
+        help="run folders to compare, or folders of them (runs/: runs started later appear by themselves)",
+    )
     parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default: {DEFAULT_PORT}; 0 picks one)")
     parser.add_argument(
@@ -72,7 +81,8 @@ def register(add_command: AddCommand) -> None:
 
 def serve_dashboard(args: argparse.Namespace) -> int:
     """Serve until SIGINT (Ctrl-C) or SIGTERM, then stop and close the store; exit status 0."""
-    url = store_url(args)
+    runs = ComparedRuns(args.runs) if args.runs else None
+    url = store_url(args) if args.store or runs is None else None
     amended = args.role is not None or args.include_failed is not None or args.include_inexact is not None
     builder = (
         TransitionBuilder(
@@ -87,9 +97,15 @@ def serve_dashboard(args: argparse.Namespace) -> int:
         stop = asyncio.Event()
         for signum in (signal.SIGINT, signal.SIGTERM):  # the loop's own handlers: stop cleanly on either
             asyncio.get_running_loop().add_signal_handler(signum, stop.set)
-        store = open_store(url)
+        store = open_store(url) if url is not None else None
         try:
-            decode = _load_tokenizer(args.tokenizer) if args.tokenizer else await run_decoder(store)
+            decode = (
+                _load_tokenizer(args.tokenizer)
+                if args.tokenizer
+                else await run_decoder(store)
+                if store is not None
+                else None
+            )
             dashboard = Dashboard(
                 store,
                 host=args.host,
@@ -98,12 +114,19 @@ def serve_dashboard(args: argparse.Namespace) -> int:
                 decode=decode,
                 token=args.token,
                 live=not args.no_live,
+                runs=runs,
             )
             async with dashboard:
-                console.print(f"dashboard of {url} at {dashboard.url}", highlight=False, soft_wrap=True)
+                shown = " and ".join(
+                    what
+                    for what in (url, f"{len(args.runs)} run folder path(s)" if runs is not None else None)
+                    if what is not None
+                )
+                console.print(f"dashboard of {shown} at {dashboard.url}", highlight=False, soft_wrap=True)
                 await stop.wait()
         finally:
-            await store.close()
+            if store is not None:
+                await store.close()
 
     asyncio.run(serve())
     return 0

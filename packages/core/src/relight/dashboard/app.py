@@ -5,7 +5,9 @@
 - ``GET /api/overview``, ``/api/curves``, ``/api/rollouts`` (filtered, paged by keyset cursors
   ``before``/``after`` or by ``offset``),
   ``/api/rollouts/{id}`` and ``/api/events`` (server-sent events: one ``change`` whenever the
-  catalog moves, so the page refetches without a reload).
+  catalog or the compared run folders move, so the page refetches without a reload).
+- ``GET /api/runs``: the compared run folders (:mod:`relight.dashboard.compared`), when it was given some.
+  Without a store the store's routes answer 404, saying so.
 
 There are only GET routes: the dashboard never changes a store. Errors are JSON in the store
 server's shape, ``{"error": <class>, "detail": <what was wrong>}``: 404 for an unknown rollout or
@@ -19,7 +21,7 @@ import hmac
 import json
 import logging
 import re
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -33,9 +35,10 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from relight.dashboard.catalog import Catalog, row_json
+from relight.dashboard.compared import ComparedRuns
 from relight.dashboard.detail import Decoder, rollout_detail
 from relight.dashboard.reasons import both, reason_filter
-from relight.errors import RelightError
+from relight.errors import NotFoundError, RelightError
 from relight.records import Mode, RolloutStatus
 from relight.stores.http._wire import status_of
 from relight.summaries import SummaryFilter
@@ -92,14 +95,15 @@ class ListQuery(BaseModel):
 
 
 def create_app(
-    catalog: Catalog,
+    catalog: Catalog | None,
     *,
     decode: Decoder | None = None,
     token: str | None = None,
     closing: asyncio.Event | None = None,
     live: bool = True,
+    runs: ComparedRuns | None = None,
 ) -> Starlette:
-    """The dashboard over ``catalog``'s store.
+    """The dashboard over ``catalog``'s store and the ``runs`` it compares (either may be absent).
 
     Args:
         decode: turns token ids into text for the token view; without one the view shows ids.
@@ -108,16 +112,26 @@ def create_app(
         closing: set when the server is about to stop, so event streams end instead of holding it.
         live: False serves a snapshot: the page opens no event stream (``?live=0`` asks for the same), so a
             headless browser's screenshot returns once the page is drawn.
+        runs: the run folders of the compare page.
     """
     stopping = closing or asyncio.Event()
+    page = _page(live=live, store=catalog is not None, runs=runs is not None)
+
+    def store_catalog() -> Catalog:
+        if catalog is None:
+            raise NotFoundError("this dashboard shows run folders only: serve it with --store URL to see a store")
+        return catalog
 
     async def index(request: Request) -> Response:
-        if live:
-            return FileResponse(STATIC / "index.html")
-        page = (STATIC / "index.html").read_text(encoding="utf-8").replace("<body>", '<body data-live="off">', 1)
-        return HTMLResponse(page)
+        return FileResponse(STATIC / "index.html") if page is None else HTMLResponse(page)
+
+    async def compared(request: Request) -> Response:
+        if runs is None:
+            raise NotFoundError("this dashboard compares no run folders: serve it with --runs DIR...")
+        return JSONResponse(runs.comparison())
 
     async def overview(request: Request) -> Response:
+        catalog = store_catalog()
         stats = await catalog.store.stats()
         return JSONResponse(
             {
@@ -135,9 +149,11 @@ def create_app(
         )
 
     async def curves(request: Request) -> Response:
+        catalog = store_catalog()
         return JSONResponse({"points": catalog.curves(), "version": catalog.version})
 
     async def rollouts(request: Request) -> Response:
+        catalog = store_catalog()
         query = ListQuery.model_validate(dict(request.query_params))
         where = query.where(catalog.builder, catalog.roles)
         page = await catalog.page(where, offset=query.offset, limit=query.limit)
@@ -152,12 +168,14 @@ def create_app(
         )
 
     async def rollout(request: Request) -> Response:
+        catalog = store_catalog()
         detail = await rollout_detail(catalog.store, catalog.builder, request.path_params["rollout_id"], decode)
         return JSONResponse(detail)
 
     async def events(request: Request) -> Response:
+        followed = [source for source in (catalog, runs) if source is not None]
         return StreamingResponse(
-            _changes(catalog, stopping), media_type="text/event-stream", headers={"cache-control": "no-cache"}
+            _changes(followed, stopping), media_type="text/event-stream", headers={"cache-control": "no-cache"}
         )
 
     # Plain Starlette: a handful of read-only JSON routes and a page need no request models.
@@ -169,6 +187,7 @@ def create_app(
             Route("/api/rollouts", rollouts),
             Route("/api/rollouts/{rollout_id:path}", rollout),
             Route("/api/events", events),
+            Route("/api/runs", compared),
             Mount("/static", StaticFiles(directory=STATIC), name="static"),
         ],
         exception_handlers={
@@ -183,14 +202,37 @@ def create_app(
     return app
 
 
-async def _changes(catalog: Catalog, stopping: asyncio.Event) -> AsyncIterator[str]:
-    """``change`` events as the catalog's version moves, comments to keep the connection open between them."""
+def _page(*, live: bool, store: bool, runs: bool) -> str | None:
+    """The page with what this dashboard serves marked on its body (a snapshot, no store, run folders); None
+    for the plain page of a live store."""
+    if live and store and not runs:
+        return None
+    facts = {"live": live, "store": store, "runs": runs}
+    marks = " ".join(f'data-{name}="{"on" if value else "off"}"' for name, value in facts.items())
+    return (STATIC / "index.html").read_text(encoding="utf-8").replace("<body>", f"<body {marks}>", 1)
+
+
+async def _changes(followed: Sequence[Catalog | ComparedRuns], stopping: asyncio.Event) -> AsyncIterator[str]:
+    """``change`` events as the catalog's or the run folders' version moves, comments to keep the connection
+    open between them. The version sent is their sum: each only grows, so the sum moves whenever either does."""
     seen = -1
     while not stopping.is_set():
-        if catalog.version != seen:
-            seen = catalog.version
-            yield f"event: change\ndata: {json.dumps({'version': seen, 'pending': catalog.pending})}\n\n"
-        elif not await catalog.wait_change(seen, timeout=_KEEPALIVE_SECONDS, stop=stopping):
+        version = sum(source.version for source in followed)
+        if version != seen:
+            seen = version
+            pending = next((source.pending for source in followed if isinstance(source, Catalog)), 0)
+            yield f"event: change\ndata: {json.dumps({'version': seen, 'pending': pending})}\n\n"
+            continue
+        waits = [
+            asyncio.ensure_future(source.wait_change(source.version, timeout=_KEEPALIVE_SECONDS, stop=stopping))
+            for source in followed
+        ]
+        try:
+            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
+        if not any(task.result() for task in done if not task.cancelled()):
             yield ": keep-alive\n\n"
 
 

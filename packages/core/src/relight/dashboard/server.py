@@ -1,8 +1,9 @@
 """Serving the dashboard: beside a training run (on its event loop) or alone (``relight dashboard``).
 
 A :class:`Dashboard` serves the app and keeps its catalog current with a light poll of the store
-(new rollouts by offset, unfinished ones in one ``wait(timeout=0)``), once a second by default:
-the page learns of changes through server-sent events, so it never reloads.
+(new rollouts by offset, unfinished ones in one ``wait(timeout=0)``), and the run folders it compares
+with a look at their files, once a second by default: the page learns of changes through server-sent
+events, so it never reloads.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from rich.console import Console
 from relight._internal.server import AsgiServer
 from relight.dashboard.app import create_app
 from relight.dashboard.catalog import Catalog
+from relight.dashboard.compared import ComparedRuns
 from relight.dashboard.detail import Decoder
 from relight.errors import RelightError
 from relight.store import Store
@@ -36,6 +38,8 @@ class Dashboard:
     """The dashboard of ``store`` on ``host:port`` while the ``async with`` block runs.
 
     Args:
+        store: the store whose runs, rollouts and calls it shows; None shows only the compared ``runs``.
+        runs: run folders to compare on the compare page (see :mod:`relight.dashboard.compared`).
         builder: judges calls as the run does (role filter, credit, ``include_failed``).
         decode: token ids to text for the token view (see :func:`decoder_of`).
         token: required beyond loopback, as for the store server.
@@ -48,7 +52,7 @@ class Dashboard:
 
     def __init__(
         self,
-        store: Store,
+        store: Store | None,
         *,
         host: str = "127.0.0.1",
         port: int = DEFAULT_PORT,
@@ -57,14 +61,20 @@ class Dashboard:
         token: str | None = None,
         interval: float = 1.0,
         live: bool = True,
+        runs: ComparedRuns | None = None,
     ) -> None:
         check_exposure(host, token)
-        self.catalog = Catalog(store, builder)
+        if store is None and runs is None:
+            raise ValueError("a dashboard shows a store, run folders, or both: give store or runs")
+        self.catalog = Catalog(store, builder) if store is not None else None
+        self.runs = runs
         self.token = token
         self.interval = interval
         self._closing = asyncio.Event()
         self._server = AsgiServer(
-            create_app(self.catalog, decode=decode, token=token, closing=self._closing, live=live), host=host, port=port
+            create_app(self.catalog, decode=decode, token=token, closing=self._closing, live=live, runs=runs),
+            host=host,
+            port=port,
         )
         self._follower: asyncio.Task[None] | None = None
 
@@ -91,8 +101,11 @@ class Dashboard:
     async def _follow(self) -> None:
         failing = False
         while True:
+            if self.runs is not None:
+                self.runs.refresh()
             try:
-                await self.catalog.refresh()
+                if self.catalog is not None:
+                    await self.catalog.refresh()
                 failing = False
             except RelightError as error:  # the store went away for a while: say so once, keep trying
                 if not failing:

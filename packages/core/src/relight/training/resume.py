@@ -47,12 +47,12 @@ from relight.agent import Agent
 from relight.algorithm import Algorithm
 from relight.errors import ConfigError
 from relight.policies import Policy
+from relight.run_folders.snapshot import RUN_FILE, run_file_header
 
 __all__ = ["CHECKPOINT_MANIFEST", "RUN_FILE", "Checkpoints", "ResumePoint", "RunIdentity", "RunRecord"]
 
 logger = logging.getLogger(__name__)
 
-RUN_FILE = "run.json"
 CHECKPOINT_MANIFEST = "relight_checkpoint.json"
 _STEP = re.compile(r"step-(\d+)")
 
@@ -131,8 +131,12 @@ class RunRecord:
     resumed: bool
 
     @classmethod
-    def open(cls, folder: Path, identity: RunIdentity) -> RunRecord:
+    def open(cls, folder: Path, identity: RunIdentity, *, settings: Mapping[str, JsonValue] | None = None) -> RunRecord:
         """Start a run in ``folder``, or resume the unfinished one there; refuses a finished or different run.
+
+        A new run's run.json also records the run-folder layout and relight version it is written in
+        (:func:`relight.run_folders.snapshot.run_file_header`) and ``settings``, the rest of how it is set up
+        (what ``relight compare`` shows where runs differ); a resumed run keeps the ones it started with.
 
         Raises:
             ConfigError: the run in ``folder`` finished, or was started as a different run (each difference named).
@@ -140,7 +144,8 @@ class RunRecord:
         path = folder / RUN_FILE
         if not path.exists():
             record = cls(run_id=f"r{secrets.token_hex(4)}", identity=identity, resumed=False)
-            _write_atomically(path, {"run_id": record.run_id, "started": time.time(), "identity": asdict(identity)})
+            started = {"run_id": record.run_id, "started": time.time(), "identity": asdict(identity)}
+            _write_atomically(path, {**run_file_header(), **started, "settings": dict(settings or {})})
             return record
         saved = json.loads(path.read_text(encoding="utf-8"))
         summary = folder / "summary.json"

@@ -39,7 +39,7 @@ from rich.console import Console
 from relight._internal import loop as _loop
 from relight._internal.server import AsgiServer
 from relight.agent import Agent
-from relight.algorithm import Algorithm, UpstreamTarget, policy_versions
+from relight.algorithm import Algorithm, UpstreamTarget, algorithm_settings, policy_versions
 from relight.errors import ConfigError, NotFoundError
 from relight.gateway import Gateway, OpenAIUpstream, Upstream
 from relight.plugins import open_store
@@ -263,9 +263,10 @@ class Trainer:
             tasks=train_dataset,
             policies=self.policies,
         )
-        record = RunRecord.open(run.path, identity)
         store_url = options.store if options.store is not None else run.store_url
-        for tracker, link in trackers.start(RunInfo(run.path.name, run.path, self._config(algorithm, store_url))):
+        config = self._config(algorithm, store_url)
+        record = RunRecord.open(run.path, identity, settings=config)
+        for tracker, link in trackers.start(RunInfo(run.path.name, run.path, config)):
             self.progress.note(f"relight: {tracker} run at {link}")
         checkpoints = Checkpoints(options.checkpoint_dir or run.checkpoints, warn=self.progress.warn)
         self._role_check = RoleCheck(options.transitions.roles, policies=self.policies)
@@ -394,6 +395,7 @@ class Trainer:
             "dynamic_sampling": self.options.dynamic_sampling,
             "roles": str(self.options.transitions.roles) if self.options.transitions.roles is not None else None,
             "policies": {name: policy.describe() for name, policy in self.policies.items()} if self.policies else None,
+            **{f"algorithm.{name}": value for name, value in algorithm_settings(algorithm).items()},
         }
 
     def _training(self, loop: _Loop, algorithm: Algorithm, hooks: LoopHooks, run_id: str) -> TrainingLoop:

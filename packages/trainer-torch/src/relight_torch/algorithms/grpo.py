@@ -21,6 +21,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Literal
 
 import torch
+from pydantic import JsonValue
 
 from relight.records import Transition
 from relight.transitions.signal import flat_groups, group_key
@@ -109,6 +110,20 @@ class GRPO(PolicyAlgorithm):
         self.callbacks = list(callbacks)
         reference = copy.deepcopy(engine.model).requires_grad_(False) if kl_coef > 0 else None
         self.loss = PolicyGradientLoss(clip=clip, reference=reference, kl_coef=kl_coef, tis_cap=tis_cap)
+
+    @property
+    def settings(self) -> dict[str, JsonValue]:
+        return {
+            **super().settings,
+            "estimator": self.estimator,
+            "clip": self.loss.clip,
+            "kl_coef": self.loss.kl_coef,
+            "tis_cap": self.tis_cap,
+            "scale_by_std": self.scale_by_std,
+            "per_episode": self.per_episode,
+            "mini_batches": self.mini_batches,
+            "epochs": self.epochs,
+        }
 
     async def update(self, transitions: Sequence[Transition]) -> Mapping[str, float]:
         """One update on a batch; runs on a worker thread so the event loop (gateway, store) stays live."""

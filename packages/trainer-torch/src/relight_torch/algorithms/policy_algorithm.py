@@ -68,6 +68,7 @@ class PolicyAlgorithm:
             if learner_process
             else Learner(trained, pad_id=engine.pad_id, **learner_options)
         )
+        self.seed = seed
         self.rng = random.Random(seed)
         self._learner_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="relight-torch-learner")
 
@@ -100,6 +101,13 @@ class PolicyAlgorithm:
     def upstreams(self) -> Sequence[UpstreamTarget]:
         return [self.engine]
 
+    @property
+    def settings(self) -> dict[str, JsonValue]:
+        """How the algorithm is set up, for the run folder's run.json (``relight compare`` shows where runs differ):
+        the engine, the learner's options (``lr``, …) and the seed."""
+        learner = {name: value for name, value in self.learner_options.items() if _plain(value)}
+        return {"engine": "torch", **learner, "seed": self.seed, "live_updates": self.live_updates}
+
     def resources(self) -> Mapping[str, JsonValue]:
         """The tokenizer, so ``relight dashboard`` decodes the run's tokens without being told (see
         :func:`tokenizer_reference`)."""
@@ -129,6 +137,11 @@ class PolicyAlgorithm:
         if self.live_updates:
             self.learner.model.load_state_dict(self.engine.model.state_dict())
         self.rng.setstate(state["rng"])
+
+
+def _plain(value: object) -> bool:
+    """Whether ``value`` reads the same in JSON (a learner option such as ``parameters`` does not)."""
+    return value is None or isinstance(value, str | int | float | bool)
 
 
 _INLINE_TOKENIZER_CHARS = 200_000

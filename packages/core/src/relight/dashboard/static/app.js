@@ -1,4 +1,4 @@
-// relight dashboard: one page, three views (#/ runs, #/rollouts, #/rollout/<id>), over the JSON API.
+// relight dashboard: one page, four views (#/ runs, #/rollouts, #/rollout/<id>, #/compare), over the JSON API.
 // Plain DOM and uPlot; no build step. Server-sent events on /api/events say when to refetch.
 "use strict";
 
@@ -319,10 +319,103 @@ async function drawRollout(id) {
     ...d.calls.map((c) => call(c, d.decoded)));
 }
 
+// -- compare run folders --------------------------------------------------------------------------
+
+const RUN_COLOURS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#ca8a04", "#db2777"];
+
+// One chart of every run's curve (`key`: train or val) against the step; runs of different lengths share the x axis.
+function overlay(name, title, runs, key) {
+  const steps = [...new Set(runs.flatMap((r) => r[key].map(([s]) => s)))].sort((a, b) => a - b);
+  const data = [steps, ...runs.map((r) => {
+    const at = new Map(r[key]);
+    return steps.map((s) => (at.has(s) ? at.get(s) : null));
+  })];
+  const holder = document.getElementById(`chart-${name}`);
+  holder.dataset.points = String(runs.reduce((n, r) => n + r[key].length, 0));
+  holder.dataset.series = String(runs.filter((r) => r[key].length).length);
+  holder.replaceChildren();
+  charts[name] = new uPlot(
+    {
+      title, width: Math.max(320, holder.clientWidth || 520), height: 260,
+      scales: { x: { time: false }, y: { range: (u, min, max) => [Math.min(0, min ?? 0), Math.max(1, max ?? 1)] } },
+      axes: [{ label: "step", incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000] }, {}],
+      series: [{ label: "step" }, ...runs.map((r, i) => ({
+        label: r.figures.status === "running" ? `${r.label} (running)` : r.label,
+        stroke: RUN_COLOURS[i % RUN_COLOURS.length], width: 2, points: { size: 6 }, spanGaps: true,
+        dash: key === "val" ? [6, 4] : undefined,
+      }))],
+    },
+    data, holder,
+  );
+}
+
+const seconds = (s) => (s === null || s === undefined ? "–" : s >= 120 ? `${fmt(s / 60, 1)} min` : `${fmt(s, 1)} s`);
+const setting = (v) => (v === null || v === undefined ? "–" : typeof v === "object" ? JSON.stringify(v) : String(v));
+
+async function compareView() {
+  view.replaceChildren(
+    el("div", { id: "compare-note" }),
+    el("div", { class: "charts" },
+      el("div", { id: "chart-compare-train", class: "chart", "data-testid": "compare-train" }),
+      el("div", { id: "chart-compare-val", class: "chart", "data-testid": "compare-val" })),
+    el("h2", { text: "Final figures" }),
+    el("table", { id: "compare-figures", "data-testid": "compare-figures" }),
+    el("h2", { text: "Settings that differ" }),
+    el("table", { id: "compare-differing", "data-testid": "compare-differing" }),
+    el("details", { id: "compare-shared" }),
+  );
+  for (const key of Object.keys(charts)) delete charts[key];
+  refresh = drawCompare;
+  await drawCompare();
+}
+
+async function drawCompare() {
+  const c = await api("api/runs");
+  const runs = c.runs;
+  put(document.getElementById("compare-note"),
+    runs.length ? null : el("p", { class: "warn", text: "no run folder to compare yet" }),
+    ...c.unreadable.map((u) => el("p", { class: "why", "data-testid": "unreadable", text: `${u.path}: ${u.error}` })));
+  overlay("compare-train", "Training reward", runs, "train");
+  overlay("compare-val", "Validation reward", runs, "val");
+  const head = el("tr", {}, ["run", "status", "steps", "final train reward", "validation before", "final validation",
+    "best validation", "policy version", "wall time"].map((h) => el("th", { text: h })));
+  const rows = runs.map((r, i) => {
+    const f = r.figures;
+    return el("tr", { "data-run": r.label },
+      el("td", {}, el("span", { class: "swatch", style: `background:${RUN_COLOURS[i % RUN_COLOURS.length]}` }), r.label),
+      el("td", {}, status(f.status)), el("td", { text: f.steps }), el("td", { text: fmt(f.final_reward_mean) }),
+      el("td", { text: fmt(f.initial_val_reward_mean) }), el("td", { text: fmt(f.final_val_reward_mean) }),
+      el("td", { text: fmt(f.best_val_reward_mean) }), el("td", { text: fmt(f.policy_version) }),
+      el("td", { text: seconds(f.wall_seconds) }));
+  });
+  document.getElementById("compare-figures").replaceChildren(el("thead", {}, head), el("tbody", {}, rows));
+  const names = Object.keys(c.differing);
+  const differingHead = el("tr", {}, el("th", { text: "setting" }), runs.map((r) => el("th", { text: r.label })));
+  const cell = (v) => {  // a long value (a digest of the task list) shortened, whole on hover
+    const text = setting(v);
+    return el("td", { title: text.length > 40 ? text : null, text: text.length > 40 ? `${text.slice(0, 16)}…` : text });
+  };
+  const differingRows = names.map((name) => el("tr", { "data-setting": name }, el("td", { text: name }),
+    c.differing[name].map(cell)));
+  document.getElementById("compare-differing").replaceChildren(el("thead", {}, differingHead),
+    el("tbody", {}, names.length ? differingRows
+      : [el("tr", {}, el("td", { colspan: runs.length + 1, text: "none: the runs were set up alike" }))]));
+  const shared = Object.entries(c.shared);
+  put(document.getElementById("compare-shared"), el("summary", { text: `Settings they share (${shared.length})` }),
+    el("table", {}, el("tbody", {}, shared.map(([k, v]) => el("tr", {}, el("td", { text: k }), el("td", { text: setting(v) }))))));
+}
+
 // -- routing and live updates ---------------------------------------------------------------------
 
+// What this dashboard was given (`relight dashboard --store URL --runs DIR...`): a store, run folders, or both.
+const hasStore = document.body.dataset.store !== "off";
+const hasRuns = document.body.dataset.runs === "on";
+for (const a of document.querySelectorAll("nav a")) {
+  if (a.dataset.nav === "compare" ? !hasRuns : !hasStore) a.remove();
+}
+
 async function route() {
-  const hash = location.hash.slice(1) || "/";
+  const hash = location.hash.slice(1) || (hasStore ? "/" : "/compare");
   const [path, query] = hash.split("?");
   for (const a of document.querySelectorAll("nav a")) {
     a.classList.toggle("on", path.startsWith(`/${a.dataset.nav}`) || (a.dataset.nav === "runs" && path === "/"));
@@ -330,6 +423,7 @@ async function route() {
   try {
     if (path.startsWith("/rollout/")) await rolloutView(decodeURIComponent(path.slice("/rollout/".length)));
     else if (path.startsWith("/rollouts")) await rolloutsView(new URLSearchParams(query || ""));
+    else if (path.startsWith("/compare")) await compareView();
     else await runsView();
   } catch (error) {
     showError(error);
