@@ -262,7 +262,8 @@ async def test_the_compare_page_overlays_the_runs_curves_and_their_differences(p
         assert await page.get_attribute("#chart-compare-train", "data-points") == "5"  # three steps and two
         assert await page.get_attribute("#chart-compare-val", "data-points") == "7"  # each validation, step 0 too
         legend = await page.locator("#chart-compare-train .u-legend").inner_text()
-        assert "slow" in legend and "fast" in legend
+        assert "slow" in legend
+        assert "fast" in legend
         assert await page.locator("[data-testid=compare-figures] tbody tr").count() == 2
         lr = await page.locator("[data-setting='algorithm.lr'] td").all_inner_texts()
         assert lr == ["algorithm.lr", "0.01", "0.001"]

@@ -60,9 +60,12 @@ def test_compare_shows_the_settings_that_differ_both_curves_and_writes_the_png(
     assert main(["compare", str(two_runs.slow), str(two_runs.fast), "--png", str(png)]) == 0
     out = capsys.readouterr().out
     lr_row = next(line for line in out.splitlines() if "algorithm.lr" in line)
-    assert "0.001" in lr_row and "0.01" in lr_row
-    assert "finished" in out and f"curves overlaid in {png}" in out
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+    assert "0.001" in lr_row
+    assert "0.01" in lr_row
+    assert "finished" in out
+    assert f"curves overlaid in {png}" in out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert png.stat().st_size > 20_000
 
     assert main(["compare", str(two_runs.slow.parent), "--json"]) == 0  # the folder of both runs
     compared = json.loads(capsys.readouterr().out)
@@ -81,7 +84,8 @@ def test_compare_shows_the_settings_that_differ_both_curves_and_writes_the_png(
     assert lr == {"slow": 0.001, "fast": 0.01}
     assert dict(zip(order, compared["differing"]["tasks"], strict=True)) == {"slow": 4, "fast": 6}
     assert compared["shared"]["store"] == "(its own store.db)"  # each run's own store is no difference
-    assert compared["shared"]["model"] == "relight-tiny" and compared["shared"]["algorithm.clip"] == 0.2
+    assert compared["shared"]["model"] == "relight-tiny"
+    assert compared["shared"]["algorithm.clip"] == 0.2
     assert fingerprint(two_runs.slow.parent) == before  # compare reads, and writes only its PNG elsewhere
 
 
@@ -100,7 +104,8 @@ def test_a_run_still_training_compares_as_far_as_it_got(
     monkeypatch.chdir(tmp_path)
     assert main(["compare", str(two_runs.slow), str(live)]) == 0
     out = capsys.readouterr().out
-    assert "running" in out and "curves overlaid in compare.png" in out  # the PNG by default, here
+    assert "running" in out
+    assert "curves overlaid in compare.png" in out
     assert (tmp_path / "compare.png").is_file()
 
 
@@ -119,7 +124,8 @@ def test_bad_folders_are_refused_with_2_and_left_as_they_were(
     before = fingerprint(newer)
     assert main(["compare", str(two_runs.slow), str(newer), "--png", str(tmp_path / "no.png")]) == 2
     err = capsys.readouterr().err
-    assert "run-folder layout 7, written by relight 9.0.0" in err and "reads layout 1" in err
+    assert "run-folder layout 7, written by relight 9.0.0" in err
+    assert "reads layout 1" in err
     assert not (tmp_path / "no.png").exists()
     assert fingerprint(newer) == before
 
@@ -130,16 +136,20 @@ def test_bad_folders_are_refused_with_2_and_left_as_they_were(
 
 @pytest.fixture
 async def compare_page(two_runs: Any) -> AsyncIterator[httpx.AsyncClient]:
-    async with Dashboard(None, port=0, runs=ComparedRuns([two_runs.slow.parent])) as dashboard:
-        async with httpx.AsyncClient(base_url=dashboard.url, timeout=30) as http:
-            yield http
+    runs = ComparedRuns([two_runs.slow.parent])
+    async with (
+        Dashboard(None, port=0, runs=runs) as dashboard,
+        httpx.AsyncClient(base_url=dashboard.url, timeout=30) as http,
+    ):
+        yield http
 
 
 async def test_the_dashboard_serves_the_comparison_without_a_store(
     compare_page: httpx.AsyncClient, two_runs: Any
 ) -> None:
     page = await compare_page.get("/")
-    assert 'data-store="off"' in page.text and 'data-runs="on"' in page.text
+    assert 'data-store="off"' in page.text
+    assert 'data-runs="on"' in page.text
     compared = (await compare_page.get("/api/runs")).json()
     assert [run["label"] for run in compared["runs"]] == ["fast", "slow"]
     assert compared["differing"]["algorithm.lr"] == [0.01, 0.001]
@@ -157,11 +167,13 @@ def test_the_compare_page_follows_run_folders_as_they_change(two_runs: Any, tmp_
     root.mkdir()
     shutil.copytree(two_runs.slow, root / "slow")
     runs = ComparedRuns([root])
-    assert runs.refresh() and runs.version == 1
+    assert runs.refresh()
+    assert runs.version == 1
     assert not runs.refresh()  # nothing moved: nothing read
     with (root / "slow" / "metrics.jsonl").open("a") as metrics:
         metrics.write('{"kind": "train", "step": 3, "reward_mean": 0.9, "time": 1}\n')
-    assert runs.refresh() and runs.version == 2
+    assert runs.refresh()
+    assert runs.version == 2
     assert runs.comparison()["runs"][0]["train"][-1] == [3, 0.9]  # type: ignore[index]
     shutil.copytree(two_runs.fast, root / "fast")  # a run started later appears by itself
     assert runs.refresh()

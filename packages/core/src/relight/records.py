@@ -204,6 +204,9 @@ class SpanKind(StrEnum):
     HANDOFF = "handoff"
     """One agent passing control to another (an Agents SDK handoff, a LangGraph edge, an AutoGen handoff)."""
     REWARD = "reward"
+    RESCORED = "rescored"
+    """A reward a changed reward function gave a finished rollout afterwards (``relight rescore``), named by
+    ``relight.reward.name``: kept beside the rewards the rollout earned, never counted in its return."""
     ANNOTATION = "annotation"
     OTHER = "other"
 

@@ -28,7 +28,17 @@ from pydantic import JsonValue
 from relight import semconv
 from relight.records import Span, SpanKind
 
-__all__ = ["DEFAULT_MAX_CHARS", "RenderedRollout", "conversation", "render_rollout", "task_text", "trim"]
+__all__ = [
+    "DEFAULT_MAX_CHARS",
+    "RenderedRollout",
+    "answered_calls",
+    "content_text",
+    "conversation",
+    "render_rollout",
+    "span_messages",
+    "task_text",
+    "trim",
+]
 
 DEFAULT_MAX_CHARS = 6000
 """Characters of one rollout a judge sees by default: about 1,500 tokens."""
@@ -51,7 +61,9 @@ class RenderedRollout:
 
 def render_rollout(rollout_id: str, spans: Iterable[Span], *, max_chars: int = DEFAULT_MAX_CHARS) -> RenderedRollout:
     """Render one attempt's spans (pass only that attempt's) as a judge reads them, within ``max_chars``."""
-    calls = _answered(sorted((s for s in spans if s.kind is SpanKind.LLM and s.status_code != "ERROR"), key=_start))
+    calls = answered_calls(
+        sorted((s for s in spans if s.kind is SpanKind.LLM and s.status_code != "ERROR"), key=_start)
+    )
     lines = conversation(calls)
     answer = _final_answer(calls)
     closing = f"[final answer] {_cut(answer, max(200, max_chars // 3)) if answer else _NO_ANSWER}"
@@ -68,8 +80,8 @@ def conversation(calls: Sequence[Span]) -> list[str]:
     """The tool each call id named, so a tool result says whose it is."""
     for call in calls:
         for message in (
-            *_messages(call, semconv.GEN_AI_INPUT_MESSAGES),
-            *_messages(call, semconv.GEN_AI_OUTPUT_MESSAGES),
+            *span_messages(call, semconv.GEN_AI_INPUT_MESSAGES),
+            *span_messages(call, semconv.GEN_AI_OUTPUT_MESSAGES),
         ):
             if message.get("role") in ("system", "developer"):
                 continue
@@ -101,7 +113,7 @@ def trim(lines: Sequence[str], *, max_chars: int) -> str:
     return "\n".join([head, f"[… {dropped} message(s) left out to fit the judge's budget …]", *kept])
 
 
-def _answered(calls: Sequence[Span]) -> list[Span]:
+def answered_calls(calls: Sequence[Span]) -> list[Span]:
     """The calls whose reply the agent got: one sent again unchanged before it ended (a client's retry after
     its timeout) gives way to the later one."""
     kept: list[Span] = []
@@ -122,7 +134,7 @@ def _start(span: Span) -> tuple[int, int]:
     return span.start_time, span.sequence_id or 0
 
 
-def _messages(span: Span, key: str) -> list[Mapping[str, Any]]:
+def span_messages(span: Span, key: str) -> list[Mapping[str, Any]]:
     text = span.attributes.get(key)
     if not isinstance(text, str):
         return []
@@ -137,7 +149,7 @@ def _messages(span: Span, key: str) -> list[Mapping[str, Any]]:
     return [cast(Mapping[str, Any], m) for m in cast(list[Any], parsed) if isinstance(m, dict)]
 
 
-def _text(content: Any) -> str:
+def content_text(content: Any) -> str:
     if content is None:
         return ""
     if isinstance(content, str):
@@ -169,12 +181,14 @@ def _tool_calls(message: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 def _key(message: Mapping[str, Any]) -> str:
     role = str(message.get("role", ""))
-    return json.dumps([role, _text(message.get("content")).strip(), _tool_calls(message), message.get("tool_call_id")])
+    return json.dumps(
+        [role, content_text(message.get("content")).strip(), _tool_calls(message), message.get("tool_call_id")]
+    )
 
 
 def _lines(message: Mapping[str, Any], tool_names: Mapping[str, str]) -> list[str]:
     role = str(message.get("role", "?"))
-    text = _text(message.get("content")).strip()
+    text = content_text(message.get("content")).strip()
     if role == "tool":
         name = message.get("name") or tool_names.get(str(message.get("tool_call_id")))
         return [f"[tool result{f' of {name}' if name else ''}] {text}"]
@@ -186,8 +200,8 @@ def _lines(message: Mapping[str, Any], tool_names: Mapping[str, str]) -> list[st
 def _final_answer(calls: Sequence[Span]) -> str:
     if not calls:
         return ""
-    outputs = _messages(calls[-1], semconv.GEN_AI_OUTPUT_MESSAGES)
-    return "\n".join(text for m in outputs if (text := _text(m.get("content")).strip()))
+    outputs = span_messages(calls[-1], semconv.GEN_AI_OUTPUT_MESSAGES)
+    return "\n".join(text for m in outputs if (text := content_text(m.get("content")).strip()))
 
 
 def _cut(text: str, limit: int) -> str:

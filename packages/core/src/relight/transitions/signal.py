@@ -14,11 +14,14 @@ policies the policy is None and the key is the group id's.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from relight.records import Transition
 
-__all__ = ["GroupKey", "flat_groups", "group_key"]
+__all__ = ["TOLERANCE", "GroupKey", "flat_groups", "group_key", "has_signal"]
+
+TOLERANCE = 1e-9
+"""Rewards closer than this are equal: a group of them has no signal."""
 
 GroupKey = tuple[str | None, str]
 """A group of transitions as an algorithm normalises it: ``(policy, group_id)``."""
@@ -29,11 +32,15 @@ def group_key(transition: Transition) -> GroupKey:
     return transition.policy, transition.group_id
 
 
-def flat_groups(transitions: Sequence[Transition], *, tolerance: float = 1e-9) -> set[GroupKey]:
+def has_signal(rewards: Iterable[float], *, tolerance: float = TOLERANCE) -> bool:
+    """Whether a group with these rewards has learning signal: they are not all equal (to ``tolerance``)."""
+    values = list(rewards)
+    return bool(values) and max(values) - min(values) > tolerance
+
+
+def flat_groups(transitions: Sequence[Transition], *, tolerance: float = TOLERANCE) -> set[GroupKey]:
     """The groups whose transitions all carry the same reward (to ``tolerance``): no advantage to learn from."""
-    spans: dict[GroupKey, tuple[float, float]] = {}
+    rewards: dict[GroupKey, list[float]] = {}
     for transition in transitions:
-        key = group_key(transition)
-        low, high = spans.get(key, (transition.reward, transition.reward))
-        spans[key] = (min(low, transition.reward), max(high, transition.reward))
-    return {group for group, (low, high) in spans.items() if high - low <= tolerance}
+        rewards.setdefault(group_key(transition), []).append(transition.reward)
+    return {group for group, values in rewards.items() if not has_signal(values, tolerance=tolerance)}
