@@ -27,6 +27,7 @@ LAYERS: list[set[str]] = [
     {"dashboard", "otlp", "rewards"},
     {"training"},
     {"scripted", "__init__"},
+    {"replay"},
     {"cli"},
 ]
 """Each part of ``relight`` by layer, lowest first (``scripted.scripts`` is the scripted model's vocabulary)."""

@@ -13,19 +13,29 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import openai
 from pydantic import JsonValue
 
-from relight.agent import LLM, rollout
+from relight.agent import LLM, FunctionAgent
 from relight.rewards.recorded import RecordedRollout
 from relight.scripted.scripts import Reply, ScriptError, ScriptRequest, ToolCall
 from relight.tracing.context import current_attempt
 from relight.tracing.roles import end_tool_span, start_tool_span
 
-__all__ = ["BEHAVIOURS", "SAMPLES", "TOOLS", "calculator_agent", "script", "tasks", "verified_reward"]
+__all__ = [
+    "BEHAVIOURS",
+    "SAMPLES",
+    "TOOLS",
+    "calculate",
+    "calculator_agent",
+    "make_agent",
+    "script",
+    "tasks",
+    "verified_reward",
+]
 
 SAMPLES = 3
 BEHAVIOURS: dict[int, tuple[str, str, str]] = {
@@ -53,6 +63,8 @@ TOOLS: list[Any] = [
     }
 ]
 _ASKED = re.compile(r"What is (\d+) \* 7\? \(sample (\d+)\)")
+_SAMPLE = re.compile(r"-s(\d+)\b")
+"""A training rollout's sample number in its id (``<run>-<group>-s<n>``, a replay's id going on after it)."""
 
 
 def tasks() -> list[JsonValue]:
@@ -71,28 +83,45 @@ def script(request: ScriptRequest) -> Reply | str:
     return {"tool": str(a * 7), "right": str(a * 7), "wrong": str(a * 7 + 1), "empty": ""}[behaviour]
 
 
-@rollout
-def calculator_agent(task: Mapping[str, Any], llm: LLM) -> float:
-    """Ask, run the calculator if the model calls it, ask again with its result; 1.0 for the right number."""
-    attempt = current_attempt()
-    sample = attempt.rollout_id.rsplit("-s", 1)[-1] if attempt is not None else "0"
-    messages: list[Any] = [{"role": "user", "content": f"What is {task['a']} * 7? (sample {sample})"}]
-    with openai.OpenAI(base_url=llm.base_url, api_key=llm.api_key, max_retries=0) as client:
-        reply = client.chat.completions.create(model=llm.model, messages=messages, tools=TOOLS).choices[0].message
-        for call in reply.tool_calls or []:
-            arguments = str(call.function.arguments)  # pyright: ignore[reportAttributeAccessIssue]
-            span = start_tool_span("calculator", role="agent", framework="plain", call_id=call.id, arguments=arguments)
-            left, right = json.loads(arguments)["expression"].split("*")
-            result = str(int(left) * int(right))
-            if span is not None:
-                end_tool_span(span, success=True, result=result)
-            messages += [
-                reply.model_dump(exclude_none=True),
-                {"role": "tool", "tool_call_id": call.id, "content": result},
-            ]
-        if reply.tool_calls:
+def calculate(expression: str) -> str:
+    """The calculator tool: ``<a> * <b>``."""
+    left, right = expression.split("*")
+    return str(int(left) * int(right))
+
+
+def make_agent(tool: Callable[[str], str] = calculate) -> FunctionAgent:
+    """The scenario's agent, running ``tool`` for the calculator (another tool makes a changed agent)."""
+
+    def calculator_agent(task: Mapping[str, Any], llm: LLM) -> float:
+        """Ask, run the calculator if the model calls it, ask again with its result; 1.0 for the right number."""
+        attempt = current_attempt()
+        numbered = _SAMPLE.search(attempt.rollout_id) if attempt is not None else None
+        sample = numbered.group(1) if numbered is not None else "0"
+        messages: list[Any] = [{"role": "user", "content": f"What is {task['a']} * 7? (sample {sample})"}]
+        with openai.OpenAI(base_url=llm.base_url, api_key=llm.api_key, max_retries=0) as client:
             reply = client.chat.completions.create(model=llm.model, messages=messages, tools=TOOLS).choices[0].message
-    return 1.0 if (reply.content or "").strip() == str(task["answer"]) else 0.0
+            for call in reply.tool_calls or []:
+                arguments = str(call.function.arguments)  # pyright: ignore[reportAttributeAccessIssue]
+                span = start_tool_span(
+                    "calculator", role="agent", framework="plain", call_id=call.id, arguments=arguments
+                )
+                result = tool(json.loads(arguments)["expression"])
+                if span is not None:
+                    end_tool_span(span, success=True, result=result)
+                messages += [
+                    reply.model_dump(exclude_none=True),
+                    {"role": "tool", "tool_call_id": call.id, "content": result},
+                ]
+            if reply.tool_calls:
+                reply = (
+                    client.chat.completions.create(model=llm.model, messages=messages, tools=TOOLS).choices[0].message
+                )
+        return 1.0 if (reply.content or "").strip() == str(task["answer"]) else 0.0
+
+    return FunctionAgent(calculator_agent)
+
+
+calculator_agent = make_agent()
 
 
 def verified_reward(task: Mapping[str, Any], rollout: RecordedRollout) -> float:

@@ -84,6 +84,11 @@ class Reply:
     """One per token id; by default :func:`logprob_of` each."""
     finish_reason: str | None = None
     """By default ``tool_calls`` when there are any, else ``stop``."""
+    prompt_token_ids: Sequence[int] | None = None
+    """The prompt's token ids the upstream reports; by default :func:`encode` of :func:`render_prompt`'s text (a
+    replay gives the ids a real tokenizer recorded)."""
+    model: str | None = None
+    """The model name the response carries; by default the upstream's."""
     fail_midway: str | None = None
     """An error that breaks a stream off after its first two chunks, as vLLM reports an engine failure
     midway (a reply that is not streamed fails with it as a 500)."""

@@ -69,6 +69,8 @@ class Served:
     tool_calls: list[dict[str, Any]]
     finish_reason: str
     stream: bool
+    model: str | None = None
+    """The model name it answered as, where the reply named one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,13 +250,16 @@ class ScriptedUpstream(AsgiServer):
             response_id=f"{prefix}-up{number}",
             endpoint=request.endpoint,
             request=request.body,
-            prompt_token_ids=request.prompt_token_ids,
+            prompt_token_ids=request.prompt_token_ids
+            if reply.prompt_token_ids is None
+            else list(reply.prompt_token_ids),
             token_ids=token_ids,
             logprobs=logprobs,
             text=reply.text,
             tool_calls=tool_calls,
             finish_reason=reply.finish_reason or ("tool_calls" if tool_calls else "stop"),
             stream=bool(request.body.get("stream")),
+            model=reply.model,
         )
         return served, pieces
 
@@ -267,7 +272,7 @@ class ScriptedUpstream(AsgiServer):
             "id": served.response_id,
             "object": kind,
             "created": int(time.time()),
-            "model": self.model,
+            "model": served.model or self.model,
             "choices": [choice],
         }
 
