@@ -26,7 +26,7 @@ LAYERS: list[set[str]] = [
     {"transitions", "runners", "harness", "scripted.scripts"},
     {"dashboard", "otlp", "rewards"},
     {"training"},
-    {"scripted", "__init__"},
+    {"scripted", "__init__", "trained"},
     {"replay"},
     {"cli"},
 ]

@@ -67,3 +67,13 @@ def relight_register_group_rewards(register: Callable[[str, Callable[..., Any]],
 
     A group reward scores a GRPO group's finished rollouts together, before they are trained on.
     """
+
+
+@hookspec
+def relight_register_trained_policies(register: Callable[[str, Callable[[], Any]], None]) -> None:
+    """Register what serves and exports the policies a training package's runs leave, by the package's import
+    name (``register("relight_torch", factory)``): the package whose algorithm a run's ``run.json`` names.
+
+    The factory takes no arguments and returns a :class:`relight.trained.PolicyCheckpoints`; it must import
+    its training stack (torch) lazily, inside the methods. ``relight serve`` and ``relight export-model`` use it.
+    """

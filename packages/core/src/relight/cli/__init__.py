@@ -13,13 +13,13 @@ from collections.abc import Sequence
 from rich.console import Console
 
 from relight import __version__
-from relight.cli import compare, dashboard, export, otlp, replay, rescore, rollouts, runner, stats, store
+from relight.cli import compare, dashboard, export, otlp, replay, rescore, rollouts, runner, serve, stats, store
 from relight.cli._common import exit_status
 from relight.errors import RelightError
 
 __all__ = ["COMMAND_GROUPS", "main"]
 
-COMMAND_GROUPS = (rollouts, stats, store, export, runner, dashboard, otlp, compare, rescore, replay)
+COMMAND_GROUPS = (rollouts, stats, store, export, runner, dashboard, otlp, compare, rescore, replay, serve)
 
 _DESCRIPTION = """\
 Reinforcement learning for the agents you already have.

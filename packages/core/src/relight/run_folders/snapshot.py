@@ -69,6 +69,8 @@ class RunSnapshot:
     settings: dict[str, JsonValue]
     """What the run is, one entry per setting: its identity (agent, algorithm, model, batch size, …) and,
     where run.json has them, the trainer's and the algorithm's settings (``algorithm.lr``, …)."""
+    identity: dict[str, JsonValue] = field(default_factory=dict[str, JsonValue])
+    """run.json's identity as written: ``algorithm`` is the algorithm's class by its full import path there."""
     rows: list[dict[str, float | str]] = field(default_factory=list[dict[str, float | str]])
     """metrics.jsonl's rows, in order: ``kind`` train, val or resume, with ``step`` and the metrics."""
     summary: dict[str, JsonValue] | None = None
@@ -150,6 +152,7 @@ def read_run(path: str | Path) -> RunSnapshot:
         started=float(started) if isinstance(started, int | float) else None,
         relight_version=str(version) if version is not None else None,
         settings=settings,
+        identity=identity,
         rows=_rows(folder / METRICS_FILE),
         summary=_summary(folder / SUMMARY_FILE),
     )

@@ -393,6 +393,7 @@ class Trainer:
             "n_runners": self.options.n_runners,
             "max_attempts": self.options.max_attempts,
             "dynamic_sampling": self.options.dynamic_sampling,
+            "checkpoint_dir": str(self.options.checkpoint_dir.resolve()) if self.options.checkpoint_dir else None,
             "roles": str(self.options.transitions.roles) if self.options.transitions.roles is not None else None,
             "policies": {name: policy.describe() for name, policy in self.policies.items()} if self.policies else None,
             **{f"algorithm.{name}": value for name, value in algorithm_settings(algorithm).items()},

@@ -103,10 +103,12 @@ class PolicyAlgorithm:
 
     @property
     def settings(self) -> dict[str, JsonValue]:
-        """How the algorithm is set up, for the run folder's run.json (``relight compare`` shows where runs differ):
-        the engine, the learner's options (``lr``, …) and the seed."""
+        """How the algorithm is set up, for the run folder's run.json (``relight compare`` shows where runs differ;
+        ``relight serve`` reads the engine's): the engine, the learner's options (``lr``, …) and the seed."""
         learner = {name: value for name, value in self.learner_options.items() if _plain(value)}
-        return {"engine": "torch", **learner, "seed": self.seed, "live_updates": self.live_updates}
+        served = getattr(self.engine, "settings", None)  # an engine other than TorchEngine says what it is
+        engine: dict[str, JsonValue] = dict(served) if isinstance(served, Mapping) else {"engine": "torch"}
+        return {**engine, **learner, "seed": self.seed, "live_updates": self.live_updates}
 
     def resources(self) -> Mapping[str, JsonValue]:
         """The tokenizer, so ``relight dashboard`` decodes the run's tokens without being told (see

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from pydantic import JsonValue
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from relight_torch.models.naming import model_name
@@ -279,6 +280,26 @@ class VLLMPolicy:
     @property
     def served_name(self) -> str:
         return self.serving.served_name
+
+    @property
+    def settings(self) -> dict[str, JsonValue]:
+        """What the run's run.json records of the policy (``relight serve`` and ``export-model`` read it back): the
+        engine, the base model folder the adapters apply to, the LoRA options and the serving precision."""
+        lora = self.lora
+        return {
+            "engine": "vllm",
+            "base_model": str(self.folder.resolve()),
+            "lora": None
+            if lora is None
+            else {
+                "rank": lora.rank,
+                "alpha": lora.alpha,
+                "dropout": lora.dropout,
+                "target_modules": list(lora.target_modules),
+                "layers": list(lora.layers) if lora.layers is not None else None,
+            },
+            "dtype": self.server_options.dtype,
+        }
 
     def start(self) -> VLLMUpstream:
         """Start the server (unless attached to ``url``) and return the gateway's upstream; idempotent."""
