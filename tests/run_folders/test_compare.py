@@ -10,6 +10,9 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import signal
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -178,3 +181,25 @@ def test_the_compare_page_follows_run_folders_as_they_change(two_runs: Any, tmp_
     shutil.copytree(two_runs.fast, root / "fast")  # a run started later appears by itself
     assert runs.refresh()
     assert len(runs.comparison()["runs"]) == 2  # type: ignore[arg-type]
+    shutil.copytree(two_runs.fast, root / "newer")
+    record = json.loads((root / "newer" / "run.json").read_text())
+    (root / "newer" / "run.json").write_text(json.dumps(record | {"schema": 9}))
+    compared = runs.comparison()
+    assert len(compared["runs"]) == 2  # type: ignore[arg-type]
+    (unreadable,) = compared["unreadable"]  # type: ignore[misc]
+    assert "run-folder layout 9" in unreadable["error"]  # type: ignore[index]
+
+
+def test_the_dashboard_command_serves_run_folders_alone(two_runs: Any) -> None:
+    command = [sys.executable, "-m", "relight.cli", "dashboard", "--runs", str(two_runs.slow.parent), "--port", "0"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as server:
+        try:
+            assert server.stdout is not None
+            line = server.stdout.readline()
+            assert "dashboard of 1 run folder path(s) at http://127.0.0.1:" in line, server.communicate(timeout=30)
+            url = line.split(" at ")[-1].strip()
+            compared = httpx.get(f"{url}api/runs", timeout=30).json()
+            assert sorted(run["label"] for run in compared["runs"]) == ["fast", "slow"]
+        finally:
+            server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=30) == 0
