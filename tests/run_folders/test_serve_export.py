@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -78,6 +79,13 @@ def test_an_earlier_step_and_bad_input(two_runs: Any, tmp_path: Path, capsys: py
     assert main(["export-model", str(two_runs.fast), "--out", str(tmp_path / "step2")]) == 2  # not empty
     assert "is not empty: export into a new folder" in capsys.readouterr().err
     assert json.loads((tmp_path / "step2" / "relight_export.json").read_text())["step"] == 2  # left as it was
+
+    with socket.socket() as taken:  # a port something else holds
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["serve", str(two_runs.fast), "--port", str(port)]) == 2
+    assert f"cannot serve on 127.0.0.1:{port}" in capsys.readouterr().err
 
     bare = tmp_path / "bare"
     bare.mkdir()

@@ -217,7 +217,14 @@ def _serve_torch(checkpoint: RunCheckpoint, layout: _Layout, *, host: str, port:
         if checkpoint.policy_version is not None:
             engine.policy_version = checkpoint.policy_version  # what its answers report, as in training
         try:
-            with AsgiServer(create_app(engine), host=host, port=port) as server:
+            with contextlib.ExitStack() as serving:
+                try:
+                    server = serving.enter_context(AsgiServer(create_app(engine), host=host, port=port))
+                except (OSError, SystemExit) as error:  # uvicorn exits when it cannot bind
+                    raise ConfigError(
+                        f"cannot serve on {host}:{port}: the address is taken or not this machine's "
+                        "(--port 0 picks a free port)"
+                    ) from error
                 try:
                     yield ServedPolicy(f"{server.url}/v1", checkpoint.model, "torch")
                 finally:

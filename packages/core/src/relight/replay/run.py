@@ -101,9 +101,15 @@ async def replay(
             agent, into, gateway=gateway, gateway_url=gateway.url, model=recording.model, concurrency=1, timeout=timeout
         )
         running = asyncio.create_task(runner.run())
+        waiting = asyncio.ensure_future(into.wait([replay_id]))
         try:
-            (ended,) = await into.wait([replay_id])
+            await asyncio.wait([waiting, running], return_when=asyncio.FIRST_COMPLETED)
+            if not waiting.done():  # the runner ended (it raised) before the rollout did
+                running.result()
+                raise ConfigError(f"the runner stopped before the replay of {rollout_id!r} ended")
+            (ended,) = waiting.result()
         finally:
+            waiting.cancel()
             runner.stop()
             await running
         await gateway.flush()
