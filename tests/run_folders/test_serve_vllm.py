@@ -3,7 +3,7 @@
 The run trains one step (a LoRA adapter on SmolLM2-135M-Instruct's top layers). Served on vLLM (the base model
 with the run's adapter) and on relight-torch's engine (the adapter merged), and exported merged and as an
 adapter, the policy gives one greedy completion: all four load what the run trained. Slow: two vLLM servers
-start (about a minute each on two cores).
+start (about a minute each on two idle cores).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from relight_torch.vllm import VLLMGRPO, LoraOptions, VLLMPolicy, vllm_python
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.timeout(1800),  # three vLLM servers start, minutes each on two busy cores
     pytest.mark.skipif(vllm_python() is None, reason="no vLLM environment (.venv-vllm): `make install-vllm` makes it"),
 ]
 
