@@ -20,9 +20,9 @@ from pydantic import JsonValue
 from rich.console import Console
 
 import relight
+from relight_torch.algorithms.grpo import GRPO
 from relight_torch.demo.calculator import answer_reward
-from relight_torch.grpo import GRPO
-from relight_torch.tiny import tiny_engine
+from relight_torch.models.tiny import tiny_engine
 
 
 @relight.rollout

@@ -26,7 +26,7 @@ from rich.console import Console
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import relight
-from relight_torch.testing import smollm2_path  # noqa: F401  (the fixture)
+from relight_testing.models import smollm2_path  # noqa: F401  (the fixture)
 from relight_torch.vllm import VLLMGRPO, LoraOptions, VLLMPolicy, vllm_python
 
 pytestmark = [

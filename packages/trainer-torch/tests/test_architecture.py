@@ -26,13 +26,17 @@ LAYERS: list[set[str]] = [
     {"recipes"},
     {"demo"},
     {"server", "__init__"},
+    {"trained_policy"},
+    {"_plugin"},
 ]
 """Each part of ``relight_torch`` by layer, lowest first.
 
 ``models`` is the name a model folder goes by and SmolLM2's folder; the tiny model sits above the engine,
 which serves it. The engine samples with the learner's layout (``learner.packing``), so the logprobs it
 records are the ones an update recomputes. ``vllm`` serves and trains the policy of ``algorithms``'
-GRPO on a vLLM server; ``server`` is ``python -m relight_torch.server``."""
+GRPO on a vLLM server; ``server`` is ``python -m relight_torch.server``. ``trained_policy`` serves and exports
+a finished run's policy (on vLLM or the engine ``server`` serves) for ``relight serve`` and ``relight
+export-model``; ``_plugin`` announces it to relight."""
 
 FOREIGN = {
     "verl",
