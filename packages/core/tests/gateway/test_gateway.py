@@ -177,8 +177,8 @@ async def test_bad_requests_get_openai_shaped_4xx_errors(setup: Setup) -> None:
             "malformed": await http.post(f"{url}/chat/completions", content=b'{"messages": ['),
             "not an object": await http.post(f"{url}/chat/completions", json=[1, 2]),
             "no messages": await http.post(f"{url}/chat/completions", json={"model": "m"}),
-            "bad message": await http.post(f"{url}/chat/completions", json={"messages": [{"content": "x"}]}),
-            "n": await http.post(f"{url}/chat/completions", json={"messages": MESSAGES, "n": 2}),
+            "bad message": await http.post(f"{url}/chat/completions", json={"model": "m", "messages": [{"content": "x"}]}),
+            "n": await http.post(f"{url}/chat/completions", json={"model": "m", "messages": MESSAGES, "n": 2}),
             "oversized": await http.post(f"{url}/chat/completions", content=b" " * 20_000),
             "no route": await http.post(f"{url}/embeddings", json={}),
         }
@@ -356,7 +356,7 @@ async def test_unreachable_upstream_is_a_502() -> None:
     async with Gateway(store, [dead_url]) as gateway:
         url = gateway.base_url_for(session.rollout_id, session.attempt_id)
         async with httpx.AsyncClient() as http:
-            response = await http.post(f"{url}/chat/completions", json={"messages": MESSAGES})
+            response = await http.post(f"{url}/chat/completions", json={"model": "m", "messages": MESSAGES})
     assert response.status_code == 502
     assert "did not answer" in response.json()["error"]["message"]
 

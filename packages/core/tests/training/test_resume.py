@@ -18,8 +18,8 @@ from rich.console import Console
 
 import relight
 from relight import Trainer
+from relight._internal.ids import random_hex
 from relight.errors import ConfigError
-from relight.gateway.record import random_hex
 from relight.records import Mode, RolloutRequest, Transition
 from relight.scripted import ScriptedUpstream
 from relight.stores.memory import InMemoryStore

@@ -27,7 +27,17 @@ from openai.types.chat import ChatCompletionMessageParam
 from relight.agent import LLM, rollout
 from relight.tracing.context import current_attempt
 
-__all__ = ["CALLS", "ROLE_CALLS", "SPANS", "calls_by_role", "many_spans_async", "three_calls", "three_calls_async"]
+__all__ = [
+    "CALLS",
+    "INSTRUMENTED_REWARD",
+    "ROLE_CALLS",
+    "SPANS",
+    "calls_by_role",
+    "instrumented",
+    "many_spans_async",
+    "three_calls",
+    "three_calls_async",
+]
 
 CALLS = 3
 
@@ -142,3 +152,41 @@ def calls_by_role(task: Mapping[str, Any], llm: LLM) -> float:
             replies[label] = {"text": text, "models": models}
     emit_annotation({"replies": replies})
     return 1.0
+
+
+INSTRUMENTED_REWARD = 0.75
+"""The reward :func:`instrumented` returns or emits."""
+
+
+@rollout
+async def instrumented(task: Mapping[str, Any], llm: LLM) -> float | None:
+    """An app with its own OpenTelemetry span, an adapter's role hook around one LLM call, and a reward.
+
+    ``task["fault"]`` names a place of relight's instrumentation to break first
+    (:func:`relight_testing.faults.break_instrumentation`, in this process, for good); the reward
+    (:data:`INSTRUMENTED_REWARD`) is emitted with ``relight.emit_reward`` after that when
+    ``task["reward"] == "emitted"``, else returned.
+    """
+    from opentelemetry import trace
+
+    from relight.tracing import roles
+    from relight.tracing.instrumentation import guarded
+    from relight.tracing.otel import emit_reward
+    from relight_testing.faults import break_instrumentation
+
+    if task.get("fault"):
+        break_instrumentation(str(task["fault"]))
+    opened: list[Any] = []
+    on_start = guarded(lambda: opened.append(roles.start_role_span("writer", framework="test")))
+    on_end = guarded(lambda response_id: roles.end_role_span(opened[0], response_id=response_id))
+    with trace.get_tracer("relight-testing-app").start_as_current_span("plan"):  # the app's own tracer
+        async with openai.AsyncOpenAI(base_url=llm.base_url, api_key=llm.api_key, max_retries=0) as client:
+            on_start()
+            completion = await client.chat.completions.create(
+                model=llm.model, messages=[{"role": "user", "content": str(task.get("text", "hi"))}]
+            )
+            on_end(completion.id)
+    if task.get("reward") == "emitted":
+        emit_reward(INSTRUMENTED_REWARD)
+        return None
+    return INSTRUMENTED_REWARD

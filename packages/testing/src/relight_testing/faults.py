@@ -1,4 +1,5 @@
-"""Real faults for tests and benchmarks: a TCP proxy that drops connections, and a store server process to kill.
+"""Real faults for tests and benchmarks: a TCP proxy that drops connections, a store server process to kill,
+and relight's own instrumentation made to raise.
 
 :class:`DroppingProxy` sits between an HTTP client and an HTTP/1.1 server (relight's store server,
 its gateway) and forwards every request untouched, except those it was told to drop: it closes the
@@ -9,6 +10,11 @@ the server and the sockets are the real ones.
 
 :class:`StoreServerProcess` runs ``relight store serve`` as a child process on a SQLite file, so a
 test can SIGKILL it and start it again on the same file and port.
+
+:func:`break_instrumentation` makes one place of relight's own instrumentation raise in this process
+(:data:`INSTRUMENTATION_FAULTS` names them: the tracer, the span processor's hooks, the span
+batcher's submit, write and flush, an adapter's role hook, reward emission) until
+:func:`mend_instrumentation`; an agent can call it in a runner process, by name.
 """
 
 from __future__ import annotations
@@ -21,13 +27,21 @@ import socket
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
-__all__ = ["DroppingProxy", "StoreServerProcess", "free_port"]
+__all__ = [
+    "INSTRUMENTATION_FAULTS",
+    "DroppingProxy",
+    "InstrumentationFault",
+    "StoreServerProcess",
+    "break_instrumentation",
+    "free_port",
+    "mend_instrumentation",
+]
 
 When = Literal["before", "after"]
 
@@ -198,3 +212,75 @@ class StoreServerProcess:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+
+class InstrumentationFault(RuntimeError):
+    """What a broken place of relight's instrumentation raises (:func:`break_instrumentation`)."""
+
+
+def _raising(place: str) -> Callable[..., Any]:
+    def broken(*args: object, **kwargs: object) -> Any:
+        raise InstrumentationFault(f"relight's {place} is broken (a fault injected by a test)")
+
+    return broken
+
+
+class _BrokenTracer:
+    """relight's tracer whose every span fails to start."""
+
+    def __init__(self) -> None:
+        self.start_span = _raising("tracer")
+        self.start_as_current_span = _raising("tracer")
+
+
+def _fault_target(place: str) -> tuple[object, str, Any]:
+    """(object, attribute, replacement) that breaks ``place``."""
+    from relight.tracing import otel, roles
+    from relight.tracing.batcher import SpanBatcher
+
+    if place == "reward_emission":
+        from relight.tracing.rewards import AttemptRewards
+
+        return AttemptRewards, "add", _raising("reward emission")
+    targets: dict[str, tuple[object, str, Any]] = {
+        "tracer": (otel, "tracer", lambda: _BrokenTracer()),
+        "processor.on_start": (otel, "current_attempt", _raising("span processor's on_start")),
+        "processor.on_end": (otel, "otel_to_span", _raising("span processor's on_end")),
+        "batcher.submit": (SpanBatcher, "submit_many", _raising("span batcher's submit")),
+        "batcher.write": (SpanBatcher, "_write", _raising("span batcher's write")),
+        "batcher.flush": (SpanBatcher, "flush_attempt", _raising("span batcher's flush")),
+        "role_hook": (roles, "call_starts", _raising("role hook")),
+    }
+    return targets[place]
+
+
+INSTRUMENTATION_FAULTS = (
+    "tracer",
+    "processor.on_start",
+    "processor.on_end",
+    "batcher.submit",
+    "batcher.write",
+    "batcher.flush",
+    "role_hook",
+    "reward_emission",
+)
+"""The places of relight's instrumentation :func:`break_instrumentation` can break."""
+
+_broken: dict[str, tuple[object, str, Any]] = {}
+
+
+def break_instrumentation(place: str) -> None:
+    """Make ``place`` (one of :data:`INSTRUMENTATION_FAULTS`) raise :class:`InstrumentationFault` in this
+    process, from now until :func:`mend_instrumentation`; breaking it again does nothing."""
+    if place in _broken:
+        return
+    target, attribute, replacement = _fault_target(place)
+    _broken[place] = (target, attribute, getattr(target, attribute))
+    setattr(target, attribute, replacement)
+
+
+def mend_instrumentation() -> None:
+    """Undo every :func:`break_instrumentation` of this process."""
+    while _broken:
+        _place, (target, attribute, original) = _broken.popitem()
+        setattr(target, attribute, original)

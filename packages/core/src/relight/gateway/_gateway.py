@@ -31,11 +31,12 @@ from relight.gateway.routing import PolicyRouter
 from relight.gateway.sessions import SessionChecker, api_key_for, attempt_of_request
 from relight.gateway.upstreams import Endpoint, Upstream, UpstreamPool, as_upstream, bursts_of
 from relight.gateway.urls import attempt_base_url
-from relight.gateway.validate import check_messages, check_sampling
+from relight.gateway.validate import check_messages, check_model, check_sampling
 from relight.policies import Policy
 from relight.store import Store
 from relight.tracing.batcher import SpanBatcher, SpansLostError
 from relight.tracing.context import AttemptRef
+from relight.tracing.hook_failures import hook_failed
 
 __all__ = ["Gateway", "GatewayStats"]
 
@@ -126,6 +127,8 @@ class Gateway(AsgiServer):
         self._in_flight = 0
         self._held = 0
         self._unrecorded: list[Exchange] = []
+        self._unsent: set[AttemptRef] = set()
+        """Attempts some of whose spans the batcher did not take (it raised): :meth:`end_attempt` fails them."""
         self._local_tokenizers: dict[str, Retokenizer | None] = {}
         self._no_tokenizer: dict[str, str] = {}
         super().__init__(create_app(self), host=host, port=port)
@@ -164,6 +167,9 @@ class Gateway(AsgiServer):
         """
         self._sessions.end(session)
         self._write_recorded()
+        if session in self._unsent:
+            self._unsent.discard(session)
+            raise GatewayError(503, "relight's span batcher did not take the attempt's LLM spans", code="spans_lost")
         if self._batcher is None:
             return
         try:
@@ -249,6 +255,7 @@ class Gateway(AsgiServer):
         trace_parent: TraceParent | None = None,
         attributes: dict[str, JsonValue] | None = None,
         role: str | None = None,
+        cap_budget: bool = False,
     ) -> Json:
         """Run a non-streaming request on the session's replica, record its span, and return the answer.
 
@@ -257,8 +264,9 @@ class Gateway(AsgiServer):
         :mod:`relight.gateway.routing`), recorded on the span and, with policies, choosing the policy.
         Raises GatewayError: 4xx for a bad request (``context_length_exceeded`` for a prompt past the
         context), 502 when the upstream failed.
-        An output budget past what the context leaves is capped and the call sent again
-        (:mod:`relight.gateway.overflow`).
+        An output budget past what the context leaves is capped and the call sent again; one past the whole
+        context is refused (400 naming it) unless ``cap_budget``, which caps it too (the translated APIs,
+        whose clients size it for frontier models; see :mod:`relight.gateway.overflow`).
         """
         validate_request(endpoint, body)
         body = self._with_default_max_tokens(body)
@@ -275,8 +283,8 @@ class Gateway(AsgiServer):
                         exchange.add(answer)
                         break
                     except UpstreamError as error:
-                        if (capped := self._capped(exchange, sent, error)) is None:
-                            raise self._failed(exchange, error) from error
+                        if (capped := self._capped(exchange, sent, error, cap_budget)) is None:
+                            raise self._failed(exchange, error, sent=sent) from error
                         sent = capped
                     except (LookupError, TypeError, ValueError) as error:
                         raise self._failed(exchange, error) from error
@@ -298,6 +306,7 @@ class Gateway(AsgiServer):
         attributes: dict[str, JsonValue] | None = None,
         keep_prompt_ids: bool = False,
         role: str | None = None,
+        cap_budget: bool = False,
     ) -> AsyncIterator[Iterator[Json]]:
         """Like :meth:`complete` for ``stream: true``: yields the chunks the client should get, those
         that arrived together as one iterator (:func:`~relight.gateway.upstreams.bursts_of`), which
@@ -329,11 +338,11 @@ class Gateway(AsgiServer):
                                     raise broken[0]
                             break
                         except UpstreamError as error:
-                            if started or (capped := self._capped(exchange, sent, error)) is None:
+                            if started or (capped := self._capped(exchange, sent, error, cap_budget)) is None:
                                 raise
                             sent = capped
                 except (UpstreamError, LookupError, TypeError, ValueError) as error:
-                    raise self._failed(exchange, error, record=False) from error
+                    raise self._failed(exchange, error, record=False, sent=sent) from error
                 except (asyncio.CancelledError, GeneratorExit):
                     exchange.fail("the client went away before the stream ended", error_type="client_disconnected")
                     raise
@@ -380,17 +389,19 @@ class Gateway(AsgiServer):
             attributes=dict(attributes or {}),
         )
 
-    def _capped(self, exchange: Exchange, sent: Json, error: UpstreamError) -> Json | None:
+    def _capped(self, exchange: Exchange, sent: Json, error: UpstreamError, cap_budget: bool) -> Json | None:
         """``sent`` with its output budget capped at what the context leaves, when that is all that did not
-        fit (and it was not capped already); else None. The span marks the cap."""
+        fit (and it was not capped already, and it is within the whole context unless ``cap_budget``); else
+        None. The span marks the cap."""
         overflow = _overflow(error)
-        budget_key = "max_completion_tokens" if sent.get("max_completion_tokens") is not None else "max_tokens"
-        budget = sent.get(budget_key)
+        budget_key, budget = _budget(sent)
         if overflow is None or not overflow.prompt_fits or semconv.MAX_TOKENS_CAPPED in exchange.attributes:
             return None
         room = overflow.room
         assert room is not None
         if not isinstance(budget, int) or budget <= room:
+            return None
+        if budget > overflow.context_length and not cap_budget:
             return None
         self.stats.capped += 1
         exchange.attributes[semconv.MAX_TOKENS_CAPPED] = room
@@ -425,19 +436,32 @@ class Gateway(AsgiServer):
         exchange.fail(error.message, error_type=error.code or str(error.status_code))
         self._record(exchange)
 
-    def _failed(self, exchange: Exchange, error: Exception, *, record: bool = True) -> GatewayError:
-        """Note the failure on the exchange (recording it unless told not to) and say what the client gets."""
+    def _failed(
+        self, exchange: Exchange, error: Exception, *, record: bool = True, sent: Json | None = None
+    ) -> GatewayError:
+        """Note the failure on the exchange (recording it unless told not to) and say what the client gets
+        (``sent``: the request the upstream refused, whose output budget may be what did not fit)."""
         param = None
         if isinstance(error, UpstreamError):
             status, reason, param = error.status_code, error.message, error.param
         else:
             status, reason = None, f"the upstream's answer was malformed: {error!r}"
         overflow = _overflow(error) if isinstance(error, UpstreamError) else None
+        budget_key, budget = _budget(sent or {})
+        beyond = overflow is not None and isinstance(budget, int) and budget > overflow.context_length
         error_type = "context_length_exceeded" if overflow else "upstream_error" if status is None else str(status)
         exchange.fail(reason, error_type=error_type, upstream_status=status)
         if record:
             self._record(exchange)
-        if overflow is not None:
+        if beyond and overflow is not None and overflow.prompt_fits:
+            refusal = GatewayError(
+                400,
+                f"{budget_key}: {budget} is more than the model's whole context of {overflow.context_length} tokens; "
+                f"ask for at most {overflow.room} with this prompt",
+                param=budget_key,
+                code="invalid_value",
+            )
+        elif overflow is not None:
             refusal = GatewayError(400, openai_message(overflow), param="messages", code="context_length_exceeded")
             refusal.overflow = overflow
         elif status is not None and 400 <= status < 500:
@@ -473,7 +497,11 @@ class Gateway(AsgiServer):
                 self.stats.failed += 1
             elif not exchange.has_token_ids:
                 self._fill_token_ids(exchange)
-        self._batcher.submit_many([exchange.to_span() for exchange in exchanges])
+        try:
+            self._batcher.submit_many([exchange.to_span() for exchange in exchanges])
+        except Exception:  # a bug in recording: the attempts it cost are failed when they end, never left with a hole
+            hook_failed("Gateway: sending LLM spans to the span batcher")
+            self._unsent.update(exchange.session for exchange in exchanges)
 
     def _fill_token_ids(self, exchange: Exchange) -> None:
         retokenizer, reason = self._retokenizer_for(exchange)
@@ -518,6 +546,12 @@ def _overflow(error: UpstreamError) -> ContextOverflow | None:
     return overflow_of(error.message) if error.status_code == 400 else None
 
 
+def _budget(body: Json) -> tuple[str, object]:
+    """The request's output budget: its name (``max_completion_tokens`` where set, else ``max_tokens``) and value."""
+    key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    return key, body.get(key)
+
+
 def _is_power_of_ten(count: int) -> bool:
     while count % 10 == 0:
         count //= 10
@@ -540,6 +574,7 @@ def _taken(
 
 def validate_request(endpoint: Endpoint, body: Json) -> None:
     """Refuse requests the gateway cannot record faithfully, naming the field."""
+    check_model(body)
     if endpoint == "chat":
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
@@ -553,7 +588,7 @@ def validate_request(endpoint: Endpoint, body: Json) -> None:
         raise GatewayError(
             400, f"n={body.get('n')!r}: the gateway records one choice per call; make n calls instead", param="n"
         )
-    check_sampling(body)
+    check_sampling(body, endpoint)
 
 
 class ForClient:

@@ -27,10 +27,11 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from relight._internal.ids import random_hex
 from relight.gateway import _json, anthropic, responses
 from relight.gateway.errors import GatewayError, UpstreamError, error_body
 from relight.gateway.hot import ErrorHandler, HotRoutes
-from relight.gateway.record import TraceParent, random_hex
+from relight.gateway.record import TraceParent
 from relight.gateway.routing import role_of_headers
 from relight.gateway.sessions import attempt_of_request
 from relight.gateway.upstreams import Endpoint, UpstreamPool
@@ -63,6 +64,7 @@ class GatewayService(Protocol):
         trace_parent: TraceParent | None = None,
         attributes: dict[str, JsonValue] | None = None,
         role: str | None = None,
+        cap_budget: bool = False,
     ) -> Json: ...
 
     def stream(
@@ -76,6 +78,7 @@ class GatewayService(Protocol):
         attributes: dict[str, JsonValue] | None = None,
         keep_prompt_ids: bool = False,
         role: str | None = None,
+        cap_budget: bool = False,
     ) -> AsyncIterator[Iterator[Json]]: ...
 
     async def end_attempt(self, session: AttemptRef) -> None: ...
@@ -135,7 +138,15 @@ def gateway_of(request: Request) -> GatewayService:
 
 
 async def read_json(request: Request) -> Json:
-    """The request's JSON object. Raises GatewayError: 413 over the size limit, 400 if it is not a JSON object."""
+    """The request's JSON object. Raises GatewayError: 415 for a body declared as anything but JSON, 413 over the
+    size limit, 400 if it is not a JSON object."""
+    content_type = request.headers.get("content-type")
+    if content_type is not None and not _is_json(content_type):
+        raise GatewayError(
+            415,
+            f"content-type: the gateway reads JSON request bodies (application/json), got {content_type!r}",
+            code="unsupported_media_type",
+        )
     limit = gateway_of(request).max_body_bytes
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
@@ -158,6 +169,12 @@ async def read_json(request: Request) -> Json:
         raise GatewayError(400, f"the request body must be a JSON object, not {type(parsed).__name__}")
     request.state.relight_body = parsed  # what a refused request asked, for its span
     return cast(Json, parsed)
+
+
+def _is_json(content_type: str) -> bool:
+    """Whether a ``Content-Type`` names JSON (``application/json``, ``…+json``), whatever its ``charset``."""
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
 
 
 def json_response(content: Json, status_code: int = 200, *, headers: dict[str, str] | None = None) -> Response:
@@ -312,14 +329,18 @@ async def _responses(request: Request) -> Response:
     trace_parent = TraceParent.parse(request.headers.get("traceparent"))
     role = role_of_headers(request.headers)
     if not chat.get("stream"):
-        answer = await gateway.complete(session, "chat", chat, trace_parent=trace_parent, attributes=marks, role=role)
+        answer = await gateway.complete(
+            session, "chat", chat, trace_parent=trace_parent, attributes=marks, role=role, cap_budget=True
+        )
         return json_response(responses.response_from_chat(body, answer, translation.namespaced))
     chat["stream_options"] = {"include_usage": True}
     translator = responses.ResponseStream(body, translation.namespaced)
 
     async def events() -> AsyncIterator[bytes]:
         try:
-            bursts = gateway.stream(session, "chat", chat, trace_parent=trace_parent, attributes=marks, role=role)
+            bursts = gateway.stream(
+                session, "chat", chat, trace_parent=trace_parent, attributes=marks, role=role, cap_budget=True
+            )
             async for burst in bursts:
                 if framed := [responses.sse(event) for chunk in burst for event in translator.feed(chunk)]:
                     yield b"".join(framed)
@@ -354,7 +375,7 @@ async def _serve_messages(request: Request) -> Response:
     role = role_of_headers(request.headers)
     if not chat.get("stream"):
         answer = await gateway.complete(
-            session, "chat", chat, response_id=message_id, trace_parent=trace_parent, role=role
+            session, "chat", chat, response_id=message_id, trace_parent=trace_parent, role=role, cap_budget=True
         )
         return json_response(anthropic.message_from_chat(answer, message_id))
     chat["stream_options"] = {"include_usage": True}
@@ -362,7 +383,14 @@ async def _serve_messages(request: Request) -> Response:
 
     async def events() -> AsyncIterator[bytes]:
         bursts = gateway.stream(
-            session, "chat", chat, response_id=message_id, trace_parent=trace_parent, keep_prompt_ids=True, role=role
+            session,
+            "chat",
+            chat,
+            response_id=message_id,
+            trace_parent=trace_parent,
+            keep_prompt_ids=True,
+            role=role,
+            cap_budget=True,
         )
         try:
             async for burst in bursts:

@@ -12,7 +12,11 @@ API in its own:
 An output budget (``max_tokens``, ``max_output_tokens``) larger than what the context leaves after
 the prompt is not an overflow: every one of these APIs defines it as an upper bound, so the gateway
 sends the call again with the budget capped at what is left, and marks the span
-(``relight.max_tokens_capped``). Only a prompt that does not fit at all is refused.
+(``relight.max_tokens_capped``). A prompt that does not fit at all is refused, and so is, on OpenAI's
+chat and completions routes, a budget larger than the model's whole context (400 naming
+``max_tokens``, as OpenAI refuses a budget past its model's limit): no prompt could leave room for
+it, so it is a mistake, not an upper bound. The Messages and Responses routes cap that too: their
+clients (Claude Code, Codex) size it for frontier models whatever model serves them.
 """
 
 from __future__ import annotations

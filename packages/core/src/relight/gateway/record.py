@@ -7,8 +7,6 @@ A whole response and a stream of chunks feed the same :meth:`Exchange.add` (a re
 from __future__ import annotations
 
 import json
-import os
-import random
 import time
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -16,6 +14,7 @@ from typing import Any, cast
 from pydantic import JsonValue
 
 from relight import semconv
+from relight._internal.ids import random_hex
 from relight.gateway.retokenize import Retokenizer, end_of_turn, response_text
 from relight.gateway.upstreams import Endpoint
 from relight.records import Span, SpanKind
@@ -26,18 +25,6 @@ __all__ = ["Exchange", "TraceParent", "random_hex"]
 Json = dict[str, Any]
 
 _OPERATIONS: dict[Endpoint, str] = {"chat": "chat", "completions": "text_completion"}
-
-
-_IDS = random.Random()
-"""Seeded from the OS once, and again in a forked child. Not the module's generator: a checkpoint
-restores that one (a resumed run replays its draws), which would hand out the interrupted run's ids again."""
-os.register_at_fork(after_in_child=_IDS.seed)
-
-
-def random_hex(digits: int) -> str:
-    """A random id of ``digits`` hex digits. Not ``secrets``: an OS call per id stalls behind the GIL
-    when agent threads are busy, and ids need to be unique, not unguessable (OpenTelemetry's choice too)."""
-    return f"{_IDS.getrandbits(digits * 4):0{digits}x}"
 
 
 @dataclass(frozen=True, slots=True)

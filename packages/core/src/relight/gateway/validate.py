@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import Any, Literal
 
 from relight.gateway.errors import GatewayError
 
-__all__ = ["check_messages", "check_sampling"]
+__all__ = ["check_messages", "check_model", "check_sampling"]
 
 Json = dict[str, Any]
 
@@ -44,8 +44,20 @@ def _is_integer(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def check_sampling(body: Json) -> None:
-    """Raise GatewayError (400, naming the parameter) for a sampling parameter OpenAI would refuse."""
+def check_model(body: Json) -> None:
+    """Raise GatewayError (400, ``param: "model"``) unless the request names its model, as OpenAI requires."""
+    model = body.get("model")
+    if model is None:
+        raise _bad("model", "is required: the name of the model to call (a string)")
+    if not isinstance(model, str) or not model:
+        raise _bad("model", f"must be a model's name (a non-empty string), got {model!r}")
+
+
+def check_sampling(body: Json, endpoint: Literal["chat", "completions"] = "chat") -> None:
+    """Raise GatewayError (400, naming the parameter) for a sampling parameter OpenAI would refuse.
+
+    ``logprobs`` is a boolean in a chat request and a count (0 to 20) in a completions request.
+    """
     for name, (low, high) in _NUMBER_RANGES.items():
         value = body.get(name)
         if value is None:
@@ -70,10 +82,20 @@ def check_sampling(body: Json) -> None:
         include = options.get("include_usage")  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
         if include is not None and not isinstance(include, bool):
             raise _bad("stream_options.include_usage", f"must be true or false, got {include!r}")
+    _check_logprobs(body, endpoint)
+    _check_tools(body.get("tools"))
+
+
+def _check_logprobs(body: Json, endpoint: Literal["chat", "completions"]) -> None:
+    logprobs = body.get("logprobs")
+    if logprobs is not None:
+        if endpoint == "chat" and not isinstance(logprobs, bool):
+            raise _bad("logprobs", f"must be true or false, got {logprobs!r}")
+        if endpoint == "completions" and not (_is_integer(logprobs) and 0 <= logprobs <= 20):
+            raise _bad("logprobs", f"must be an integer from 0 to 20, got {logprobs!r}")
     top_logprobs = body.get("top_logprobs")
     if top_logprobs is not None and not (_is_integer(top_logprobs) and 0 <= top_logprobs <= 20):
         raise _bad("top_logprobs", f"must be an integer from 0 to 20, got {top_logprobs!r}")
-    _check_tools(body.get("tools"))
 
 
 def _check_stop(stop: object) -> None:

@@ -37,8 +37,8 @@ from typing import Protocol, runtime_checkable
 from pydantic import JsonValue
 
 from relight import semconv
+from relight._internal.ids import random_hex
 from relight.errors import ConfigError
-from relight.gateway.record import random_hex
 from relight.plugins import registry
 from relight.records import AttemptStatus, Rollout, RolloutStatus, Span, SpanKind
 from relight.store import Store

@@ -6,7 +6,9 @@ sync agents on threads of their own (each with a copy of the context, so spans a
 in the agent are tagged with its attempt; a hung one is abandoned, never holding a slot). Each
 attempt's lease is kept alive by heartbeats. Before an attempt is finished its spans (the agent's,
 and the gateway's, which the runner asks it to end the attempt) must be in the store: if some could
-not be written it fails instead of succeeding with a hole. An agent that raises fails its attempt
+not be written it fails instead of succeeding with a hole. Its rewards (returned or emitted) take a
+path of their own, which relight's tracing failing cannot cost them (:mod:`relight.tracing.rewards`):
+an attempt succeeds only with every reward it was given in the store. An agent that raises fails its attempt
 with the traceback, one that runs past ``timeout`` times out, and the store retries either up to the
 rollout's ``max_attempts``. A runner that dies (even by SIGKILL) loses nothing: its leases expire
 and another runner retries those rollouts. A store that goes away (a restart, a network fault) only
@@ -45,6 +47,8 @@ from relight.tracing import call_role
 from relight.tracing import otel as tracing
 from relight.tracing.batcher import SpanBatcher
 from relight.tracing.context import AttemptRef, attempt_scope
+from relight.tracing.hook_failures import hook_failed
+from relight.tracing.rewards import AttemptRewards, reward_span
 
 _CLAIMS_AT_ONCE = 4
 """Claims a runner has under way at once (never more than its free slots): a claim is a round trip to a
@@ -276,8 +280,10 @@ class Runner:
 
     async def _attempt(self, rollout: Rollout, attempt: Attempt) -> None:
         llm = llm_for(self.gateway_url, rollout, attempt, self.model)
-        with attempt_scope(rollout.rollout_id, attempt.attempt_id):
-            agent_task = asyncio.create_task(self._run_agent(rollout.input, llm))
+        ref = AttemptRef(rollout.rollout_id, attempt.attempt_id)
+        rewards = AttemptRewards(ref, self._batcher)
+        with attempt_scope(ref.rollout_id, ref.attempt_id), rewards.scope():
+            agent_task = asyncio.create_task(self._run_agent(rollout.input, llm, rewards))
         self._agents.add(agent_task)
         agent_task.add_done_callback(self._agents.discard)
         lease = asyncio.create_task(self._keep_alive(rollout, attempt, agent_task))
@@ -296,12 +302,12 @@ class Runner:
         finally:
             lease.cancel()
         self.stats.abandoned_threads = self._threads.abandoned
-        unrecorded = await self._close_record(rollout, attempt)
+        unrecorded = await self._close_record(rollout, attempt, rewards)
         if lease.done() and not lease.cancelled() and lease.result():
             self._lost(rollout, attempt, "its lease was lost while the agent ran")
             return
         if unrecorded is not None and status is AttemptStatus.SUCCEEDED:
-            status, error = AttemptStatus.FAILED, f"the attempt's spans are not all in the store: {unrecorded}"
+            status, error = AttemptStatus.FAILED, unrecorded
         try:
             await self.store.finish_attempt(rollout.rollout_id, attempt.attempt_id, status, error=error)
         except LeaseLostError:
@@ -321,19 +327,28 @@ class Runner:
                 error.strip().splitlines()[-1],
             )
 
-    async def _close_record(self, rollout: Rollout, attempt: Attempt) -> str | None:
-        """End the attempt at the gateway and wait for all its spans: None when all are in the store, else why not."""
+    async def _close_record(self, rollout: Rollout, attempt: Attempt, rewards: AttemptRewards) -> str | None:
+        """End the attempt at the gateway and wait for all its spans: None when all are in the store, else why not.
+
+        Its rewards are in the store once this returns None, whatever failed in relight's tracing on the way
+        (:mod:`relight.tracing.rewards`).
+        """
         assert self._batcher is not None
-        problems: list[str] = []
+        lost: list[str] = []
         try:
             await self._batcher.flush_attempt(rollout.rollout_id, attempt.attempt_id)
         except StoreError as error:
-            problems.append(str(error))
+            lost.append(str(error))
+        except Exception as error:  # a bug in the batcher: what it held may never be written
+            hook_failed("SpanBatcher.flush_attempt")
+            lost.append(f"relight's span batcher failed: {error!r}")
+        unrewarded = [why for why in (rewards.failure(), await rewards.store_unsent(self.store)) if why is not None]
         end = self._end_here if self.gateway is not None else self._end_by_request
         problem = await end(rollout, attempt)
         if problem is not None:
-            problems.append(problem)
-        return "; ".join(problems) or None
+            lost.append(problem)
+        problems = [f"the attempt's spans are not all in the store: {'; '.join(lost)}"] if lost else []
+        return "; ".join(problems + unrewarded) or None
 
     async def _end_here(self, rollout: Rollout, attempt: Attempt) -> str | None:
         """End the attempt at the gateway of this process; why its spans may not all be in the store, if so."""
@@ -342,6 +357,9 @@ class Runner:
             await self.gateway.end_attempt(AttemptRef(rollout.rollout_id, attempt.attempt_id))
         except GatewayError as error:
             return f"the gateway answered {error.status_code}: {error.message}"
+        except Exception as error:  # a bug in the gateway's recording: its spans may not all be in the store
+            hook_failed("Gateway.end_attempt")
+            return f"the gateway could not end the attempt: {error!r}"
         return None
 
     async def _end_by_request(self, rollout: Rollout, attempt: Attempt) -> str | None:
@@ -367,7 +385,7 @@ class Runner:
             return f"the gateway answered {status}: {reply[:300].decode(errors='replace')}"
         return None
 
-    async def _run_agent(self, task: Any, llm: LLM) -> None:
+    async def _run_agent(self, task: Any, llm: LLM, rewards: AttemptRewards) -> None:
         """Run the agent (async as a coroutine, sync on a thread of its own) and record a returned reward."""
         if self.agent.is_async:
             call = asyncio.ensure_future(cast(Awaitable[Any], self.agent.rollout(task, llm)))
@@ -385,7 +403,11 @@ class Runner:
             raise
         reward = _reward(result)
         if reward is not None:
-            tracing.emit_reward(reward)
+            try:
+                rewards.add(reward_span(rewards.ref, reward))
+            except Exception as error:  # the attempt fails for it, with the reason: never succeeds without it
+                hook_failed("recording the returned reward")
+                rewards.failed(f"the reward {reward!r} the agent returned could not be recorded: {error!r}")
 
     async def _keep_alive(self, rollout: Rollout, attempt: Attempt, agent_task: asyncio.Task[None]) -> bool:
         """Renew the lease until cancelled; on losing it, cancel the agent and return True."""

@@ -12,7 +12,6 @@ instead of recording a success with a hole in it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
 from collections.abc import Sequence
@@ -20,6 +19,7 @@ from collections.abc import Sequence
 from relight.errors import ConfigError, InvalidStateError, NotFoundError, StoreError
 from relight.records import Span
 from relight.store import Store
+from relight.tracing.hook_failures import hook_failed
 
 __all__ = ["SpanBatcher", "SpansLostError"]
 
@@ -80,12 +80,20 @@ class SpanBatcher:
                 logger.warning("relight: span(s) dropped: the event loop of the span batcher has closed")
 
     async def flush(self) -> None:
-        """Return once every span submitted before the call has been written (or failed)."""
+        """Return once every span submitted before the call has been written (or failed).
+
+        Raises:
+            SpansLostError: the task that writes spans has stopped (a bug in it): what it held never will be.
+        """
         with self._lock:
             pending = bool(self._buffer)
         if pending:
             self._mark_pending()
-        await self._idle.wait()
+        idle = asyncio.ensure_future(self._idle.wait())
+        await asyncio.wait((idle, self._task), return_when=asyncio.FIRST_COMPLETED)
+        if not idle.done():
+            idle.cancel()
+            raise SpansLostError(f"the span batcher stopped writing: {self._stopped_by()}")
 
     async def flush_attempt(self, rollout_id: str, attempt_id: str) -> None:
         """:meth:`flush`, then raise SpansLostError if any span of this attempt failed to be written (once)."""
@@ -101,10 +109,18 @@ class SpanBatcher:
         """Write what is buffered, then stop; spans submitted from now on are dropped and counted."""
         with self._lock:
             self._closed = True
-        await self.flush()
+        try:
+            await self.flush()
+        except SpansLostError as error:
+            logger.error("relight: %s; %d span(s) were never written", error, len(self._buffer))
         self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
+        await asyncio.gather(self._task, return_exceptions=True)  # a task that had stopped was reported by flush
+
+    def _stopped_by(self) -> str:
+        if self._task.cancelled():
+            return "its task was cancelled"
+        error = self._task.exception()
+        return f"{type(error).__name__}: {error}" if error is not None else "its task ended"
 
     def _mark_pending(self) -> None:
         self._idle.clear()
@@ -119,7 +135,13 @@ class SpanBatcher:
                     batch, self._buffer = self._buffer[: self.max_batch], self._buffer[self.max_batch :]
                 if not batch:
                     break
-                await self._write(batch)
+                try:
+                    await self._write(batch)
+                except Exception:  # a bug in writing: this batch is lost (its attempts are told), the next goes on
+                    hook_failed("SpanBatcher: writing spans")
+                    with self._lock:
+                        self.failed += len(batch)
+                    self._note_lost(batch)
             if not self._wake.is_set():
                 self._idle.set()
 

@@ -5,7 +5,8 @@ is set as the global one if the application has none; an application's own SDK p
 and shared). Every span that starts inside a rollout attempt (see :mod:`relight.tracing.context`) is
 stamped with its rollout and attempt and, when it ends, handed to a :class:`SpanBatcher`.
 Spans outside any attempt pass by untouched. Every hook here is guarded (:mod:`relight.tracing.hook_failures`):
-a failure costs a span, never the application's request or the agent's rollout.
+a failure costs a span, never the application's request or the agent's rollout. Rewards take a path of
+their own to the store, without the tracer or the processor (:mod:`relight.tracing.rewards`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from relight.records import Span, SpanKind
 from relight.tracing.batcher import SpanBatcher
 from relight.tracing.context import current_attempt
 from relight.tracing.hook_failures import hook_failed
+from relight.tracing.rewards import current_rewards, reward_span
 
 __all__ = [
     "StoreSpanProcessor",
@@ -162,6 +164,10 @@ def emit_reward(value: float, *, name: str = "reward", role: str | None = None) 
     gives it to that role's calls only, whose credit then comes from such rewards alone, and it stays out
     of the episode's return (the rollout's reward, validation's mean), which remains the agent's outcome.
 
+    The reward goes to the store by a path of its own, which no failing tracer, span processor or span
+    batcher can cost it (:mod:`relight.tracing.rewards`); if even that fails, the attempt fails with
+    the reason rather than succeed without its reward.
+
     Raises:
         ValueError: ``value`` is not a finite number, or ``role`` is an empty string.
     """
@@ -169,14 +175,25 @@ def emit_reward(value: float, *, name: str = "reward", role: str | None = None) 
         raise ValueError(f"reward value must be a finite number, got {value!r}")
     if role is not None and not role:
         raise ValueError("reward role must be a role's name (as relight.role() or an adapter names it), got ''")
-    attributes: dict[str, str | float] = {
-        semconv.SPAN_KIND: SpanKind.REWARD.value,
-        semconv.REWARD: float(value),
-        semconv.REWARD_NAME: name,
-    }
-    if role is not None:
-        attributes[semconv.REWARD_ROLE] = role
-    _emit(f"reward {name}", attributes)
+    kept = current_rewards()
+    try:
+        ref = kept.ref if kept is not None else current_attempt()
+        if ref is None:
+            logger.warning("relight: reward emitted outside a rollout attempt was not recorded")
+            return
+        span = reward_span(ref, value, name=name, role=role)
+        if kept is not None:
+            kept.add(span)
+            return
+        batcher = _processor.batcher if _processor is not None else None
+        if batcher is None:
+            logger.warning("relight: reward of attempt %s was not recorded: relight's tracing is not installed", ref)
+            return
+        batcher.submit(span)
+    except Exception as error:
+        hook_failed("emitting reward")
+        if kept is not None:
+            kept.failed(f"relight.emit_reward({value!r}, name={name!r}) failed: {error!r}")
 
 
 def emit_annotation(payload: Mapping[str, JsonValue], *, name: str = "annotation") -> None:

@@ -44,6 +44,7 @@ class TrainerOptions:
     n_samples: int = 4
     epochs: int = 1
     val_every: int | None = None
+    val_before_fit: bool | None = None
     transitions: TransitionBuilder = field(default_factory=TransitionBuilder)
     max_attempts: int = 3
     timeout: float | None = None
@@ -58,7 +59,8 @@ class TrainerOptions:
     run_dir: Path | None = None
     progress_every: float = 30.0
     dynamic_sampling: int = 0
-    loggers: tuple[ExperimentLogger | str, ...] = ()
+    loggers: tuple[ExperimentLogger | str, ...] | None = None
+    """None: the trackers ``RELIGHT_LOGGERS`` names (see :mod:`relight.tracking`); ``()``: none."""
     group_rewards: tuple[GroupReward, ...] = ()
 
     def __post_init__(self) -> None:

@@ -192,9 +192,7 @@ class RunFolder:
         }
         if train:
             known["final_reward_mean"] = train[-1].get("reward_mean")
-        if val:
-            known["initial_val_reward_mean"] = val[0].get("val_reward_mean")
-            known["final_val_reward_mean"] = val[-1].get("val_reward_mean")
+        known |= _measured_validations(train, val)
         text = json.dumps({**known, **summary}, indent=2)
         self.summary_path.write_text(text + "\n", encoding="utf-8")
         self.loggers.finish({**known, **summary})
@@ -217,3 +215,25 @@ class RunFolder:
         )
         for _, path in steps[: max(len(steps) - self.keep_checkpoints, 0)]:
             shutil.rmtree(path, ignore_errors=True)
+
+
+def _measured_validations(
+    train: list[dict[str, float | str]], val: list[dict[str, float | str]]
+) -> dict[str, JsonValue]:
+    """The before- and after-figures of validations that measured them, each left out when none did.
+
+    The before-figure is the validation at step 0, which ran before the first update
+    (``Trainer(val_before_fit=...)``); the after-figure the one at the last training step, which
+    measured the policy the run ended with. A run whose only validation ran at the end has no
+    before-figure, and one that stopped before validating its last policy no after-figure: a figure
+    borrowed from another validation would claim a measurement that never happened.
+    """
+    figures: dict[str, JsonValue] = {}
+    before = next((row for row in val if row.get("step") == 0), None)
+    if before is not None:
+        figures["initial_val_reward_mean"] = before.get("val_reward_mean")
+    last_step = train[-1].get("step") if train else None
+    after = [row for row in val if last_step is not None and row.get("step") == last_step]
+    if after:
+        figures["final_val_reward_mean"] = after[-1].get("val_reward_mean")
+    return figures

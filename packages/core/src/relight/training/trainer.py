@@ -9,7 +9,8 @@ into transitions (:class:`relight.TransitionBuilder`) and hands those to
 ``algorithm.update`` while the gateway is paused, then publishes the new policy version: the loop of
 :mod:`relight.training.sync_loop`, or of :mod:`relight.training.async_loop` with ``max_staleness``. The trainer sets
 up the store, gateway and runners both loops work on, and lends them publishing, checkpoints and
-validation, which runs before training, every ``val_every`` steps and at the end.
+validation, which runs before the first update (``val_before_fit``), every ``val_every`` steps and at
+the end.
 
 Every ``fit`` writes a run folder (``run_dir``, ``runs/<date>-<time>`` by default; see
 :mod:`relight.training.run_folder`): metrics, summary, reward curve, checkpoints and, by default, the store.
@@ -102,7 +103,11 @@ class Trainer:
         batch_size: tasks per training step.
         n_samples: rollouts per task in a step (one group).
         epochs: passes over the training tasks.
-        val_every: validate every this many steps (and before and after training); None: only after.
+        val_every: validate every this many steps (and after training); None: only after.
+        val_before_fit: validate once more before the first update (step 0), so the run reports a
+            before-figure it measured (``initial_val_reward_mean``); Agent Lightning's ``val_before_train``.
+            None (the default) does whenever validation tasks are given; False never does, and the
+            run then reports no before-figure.
         transitions: how rollouts become transitions (role filter, credit, groups).
         policies: several policies in one run, one per role (see :mod:`relight.policies`): each name maps
             to a :class:`relight.Policy` or to its roles as a role filter takes them
@@ -155,6 +160,7 @@ class Trainer:
         n_samples: int = 4,
         epochs: int = 1,
         val_every: int | None = None,
+        val_before_fit: bool | None = None,
         transitions: TransitionBuilder | None = None,
         policies: PolicyMap | None = None,
         max_attempts: int = 3,
@@ -185,6 +191,7 @@ class Trainer:
             n_samples=n_samples,
             epochs=epochs,
             val_every=val_every,
+            val_before_fit=val_before_fit,
             transitions=_with_policies(transitions or TransitionBuilder(), policies),
             max_attempts=max_attempts,
             timeout=timeout,
@@ -199,7 +206,7 @@ class Trainer:
             run_dir=Path(run_dir) if run_dir is not None else None,
             progress_every=progress_every,
             dynamic_sampling=dynamic_sampling,
-            loggers=tuple(loggers or ()),
+            loggers=tuple(loggers) if loggers is not None else None,
             group_rewards=tuple(group_rewards),
         )
         GroupRewards(self.options.group_rewards)  # distinct names, checked now rather than at the first step
@@ -300,7 +307,7 @@ class Trainer:
                         if self.options.checkpoint_dir is None:
                             run.prune_checkpoints()
                     run.record("train", metrics)
-                    if val_dataset and self.options.val_every and step % self.options.val_every == 0:
+                    if val_dataset and self._validation_due(step):
                         validation = await self._validate(loop, val_dataset, resources, step)
                         run.record("val", validation)
                         metrics |= validation
@@ -315,7 +322,7 @@ class Trainer:
                 training = self._training(loop, algorithm, hooks, record.run_id)
                 step, resources, steps = await training.run(train_dataset, resources, resume=resume)
                 history += steps
-                if val_dataset and not (self.options.val_every and step % self.options.val_every == 0):
+                if val_dataset and not self._validation_due(step):
                     history.append(await self._validate(loop, val_dataset, resources, step))
                     run.record("val", history[-1])
                     self.progress.step(history[-1])
@@ -356,9 +363,9 @@ class Trainer:
         resume: Resume | None,
         history: list[dict[str, float]],
     ) -> None:
-        """Validation before training, or on resuming the one the killed run died before."""
+        """Validation before the first update, or on resuming the one the killed run died before."""
         if resume is None:
-            if self.options.val_every is not None:
+            if self._validation_due(0):
                 history.append(await self._validate(loop, dataset, resources, step=0))
                 run.record("val", history[-1])
             return
@@ -373,10 +380,16 @@ class Trainer:
 
     def _validation_missing(self, step: int, history: Sequence[Mapping[str, float]]) -> bool:
         """Whether step ``step`` was due a validation that the restored metrics do not hold."""
-        every = self.options.val_every
-        if every is None or (step and step % every):
+        if not self._validation_due(step):
             return False
         return not any(row.get("step") == step and "val_reward_mean" in row for row in history)
+
+    def _validation_due(self, step: int) -> bool:
+        """Whether the policy after step ``step`` is validated before training goes on (0: before the first update)."""
+        if step == 0:
+            return self.options.val_before_fit is not False
+        every = self.options.val_every
+        return every is not None and step % every == 0
 
     def _config(self, algorithm: Algorithm, store_url: Store | str) -> dict[str, JsonValue]:
         """The run's settings as experiment trackers show them."""
@@ -388,6 +401,7 @@ class Trainer:
             "n_samples": self.options.n_samples,
             "epochs": self.options.epochs,
             "val_every": self.options.val_every,
+            "val_before_fit": self.options.val_before_fit,
             "max_staleness": self.options.max_staleness,
             "concurrency": self.options.concurrency,
             "n_runners": self.options.n_runners,

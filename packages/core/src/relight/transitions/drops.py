@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from enum import StrEnum
 
 from relight import semconv
-from relight.gateway.record import random_hex
+from relight._internal.ids import random_hex
 from relight.records import Span, SpanKind
 from relight.store import Store
 
