@@ -65,7 +65,7 @@ async def test_engine_calls_are_recorded_with_the_sampled_token_ids(stream: bool
     assert span.attributes[semconv.UPSTREAM] == "engine"
 
 
-async def test_past_the_context_a_budget_is_capped_and_a_prompt_is_context_length_exceeded() -> None:
+async def test_past_the_context_a_budget_is_capped_or_refused_and_a_prompt_is_context_length_exceeded() -> None:
     store = InMemoryStore()
     (rollout,) = await store.enqueue([RolloutRequest(input="t")])
     claimed = await store.claim("w")
@@ -77,7 +77,9 @@ async def test_past_the_context_a_budget_is_capped_and_a_prompt_is_context_lengt
                 base_url=gateway.base_url_for(rollout.rollout_id, claimed[1].attempt_id), api_key="x", max_retries=0
             ) as client,
         ):
-            capped = await client.chat.completions.create(model="relight-tiny", messages=MESSAGES, max_tokens=100)
+            capped = await client.chat.completions.create(model="relight-tiny", messages=MESSAGES, max_tokens=60)
+            with pytest.raises(openai.BadRequestError) as beyond:  # more than the whole context: a mistake, refused
+                await client.chat.completions.create(model="relight-tiny", messages=MESSAGES, max_tokens=10**12)
             with pytest.raises(openai.BadRequestError) as raised:
                 await client.chat.completions.create(
                     model="relight-tiny", messages=[{"role": "user", "content": "word " * 80}], max_tokens=5
@@ -87,6 +89,8 @@ async def test_past_the_context_a_budget_is_capped_and_a_prompt_is_context_lengt
     assert capped.usage is not None
     assert capped.usage.prompt_tokens + capped.usage.completion_tokens <= 64
     assert spans[0].attributes[semconv.MAX_TOKENS_CAPPED] == 64 - capped.usage.prompt_tokens
+    assert (beyond.value.param, beyond.value.code) == ("max_tokens", "invalid_value")
+    assert "whole context of 64 tokens" in beyond.value.message
     assert raised.value.code == "context_length_exceeded"
     assert "maximum context length is 64 tokens" in raised.value.message
 

@@ -6,7 +6,7 @@ import sys
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import openai
@@ -86,6 +86,17 @@ async def test_bad_requests_get_a_400_naming_the_problem(client: openai.AsyncOpe
         )
     with pytest.raises(openai.BadRequestError, match="messages"):
         await client.chat.completions.create(model="relight-tiny", messages="Hi")  # type: ignore[arg-type]
+    hi: Any = [{"role": "user", "content": "Hi"}]
+    for arguments, status, param in (
+        ({"model": "relight-tiny", "max_tokens": 10**12}, 400, "max_tokens"),
+        ({"model": openai.NOT_GIVEN}, 400, "model"),
+        ({"model": {}}, 400, "model"),
+        ({"model": "relight-tiny", "logprobs": "x"}, 400, "logprobs"),
+        ({"model": "relight-tiny", "extra_headers": {"Content-Type": "text/plain"}}, 415, None),
+    ):
+        with pytest.raises(openai.APIStatusError) as raised:
+            await client.chat.completions.create(messages=hi, **arguments)
+        assert (raised.value.status_code, cast(dict[str, Any], raised.value.body)["param"]) == (status, param)
 
 
 def test_the_server_process_answers_to_the_name_in_the_config_and_404s_any_other(tmp_path: Path) -> None:

@@ -7,7 +7,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+import anthropic
 import httpx
+import openai
 import pytest
 
 from relight import attempt_scope, emit_reward
@@ -37,13 +39,17 @@ class Setup:
         return self.gateway.base_url_for(self.session.rollout_id, self.session.attempt_id) + "/chat/completions"
 
 
+CONTEXT = 600
+"""The scripted upstream's context, in tokens: it refuses a longer request as vLLM does, in vLLM's words."""
+
+
 @pytest.fixture
 async def setup() -> AsyncIterator[Setup]:
     store = InMemoryStore()
     await store.enqueue([RolloutRequest(input="x", rollout_id="r")])
     claimed = await store.claim("w")
     assert claimed is not None
-    async with ScriptedUpstream() as upstream, Gateway(store, [upstream.base_url]) as gateway:
+    async with ScriptedUpstream(context_length=CONTEXT) as upstream, Gateway(store, [upstream.base_url]) as gateway:
         yield Setup(store, gateway, upstream, AttemptRef("r", claimed[1].attempt_id))
 
 
@@ -79,6 +85,11 @@ GATEWAY_CASES: list[tuple[str, Any, str | None]] = [
     ("stream_options a string", chat(stream=True, stream_options="x"), "stream_options"),
     ("stream a string", chat(stream="yes"), "stream"),
     ("n of 2", chat(n=2), "n"),
+    ("model missing", {"messages": MESSAGES}, "model"),
+    ("model an object", chat(model={}), "model"),
+    ("model empty", chat(model=""), "model"),
+    ("logprobs a string", chat(logprobs="x"), "logprobs"),
+    ("logprobs a number", chat(logprobs=1), "logprobs"),
     ("JSON nested 100,000 deep", DEEP, None),
     ("not JSON", b"{", None),
 ]
@@ -98,6 +109,74 @@ async def test_bad_requests_are_400_in_openais_shape_before_any_upstream(
     assert error["type"] == "invalid_request_error"
     assert error["param"] == param
     assert setup.upstream.served == []
+
+
+MALFORMED: dict[str, tuple[dict[str, Any], int, str | None]] = {
+    "a text/plain body": ({"model": "m", "extra_headers": {"Content-Type": "text/plain"}}, 415, None),
+    "no model": ({"model": openai.NOT_GIVEN}, 400, "model"),
+    "model {}": ({"model": {}}, 400, "model"),
+    "max_tokens 10^12": ({"model": "m", "max_tokens": 10**12}, 400, "max_tokens"),
+    "logprobs 'x'": ({"model": "m", "logprobs": "x"}, 400, "logprobs"),
+}
+"""Requests the official clients send as asked: (arguments, status, the parameter the error names)."""
+
+
+@pytest.mark.parametrize("case", MALFORMED)
+async def test_the_openai_client_gets_a_specific_4xx_in_openais_shape(setup: Setup, case: str) -> None:
+    arguments, status, param = MALFORMED[case]
+    base_url = setup.chat_url.removesuffix("/chat/completions")
+    async with openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0) as client:
+        with pytest.raises(openai.APIStatusError) as raised:
+            await client.chat.completions.create(messages=[{"role": "user", "content": "hi"}], **arguments)
+    assert raised.value.status_code == status
+    assert isinstance(raised.value.body, dict)
+    assert raised.value.body["type"] == "invalid_request_error"  # pyright: ignore[reportUnknownMemberType]
+    assert raised.value.body["param"] == param  # pyright: ignore[reportUnknownMemberType]
+    if case == "max_tokens 10^12":  # the upstream said what its context is; nothing was generated
+        assert f"whole context of {CONTEXT} tokens" in raised.value.message
+        assert setup.upstream.served == []
+    else:
+        assert setup.upstream.requests == []
+
+
+ANTHROPIC_MALFORMED: dict[str, tuple[dict[str, Any], int]] = {
+    "a text/plain body": ({"model": "m", "extra_headers": {"Content-Type": "text/plain"}}, 415),
+    "no model": ({"model": anthropic.NOT_GIVEN}, 400),
+}
+
+
+@pytest.mark.parametrize("case", [*ANTHROPIC_MALFORMED, "model {}"])
+async def test_the_anthropic_client_gets_a_specific_4xx_in_anthropics_shape(setup: Setup, case: str) -> None:
+    base_url = setup.chat_url.removesuffix("/v1/chat/completions")
+    if case == "model {}":  # the client itself cannot send it (it looks the model up in a table): raw HTTP
+        async with httpx.AsyncClient() as http:
+            reply = await http.post(
+                f"{base_url}/v1/messages",
+                json={"model": {}, "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]},
+                headers={"anthropic-version": "2023-06-01"},
+            )
+        status, body = reply.status_code, reply.json()
+        expected = 400
+    else:
+        arguments, expected = ANTHROPIC_MALFORMED[case]
+        async with anthropic.AsyncAnthropic(base_url=base_url, api_key="unused", max_retries=0) as client:
+            with pytest.raises(anthropic.APIStatusError) as raised:
+                await client.messages.create(max_tokens=10, messages=[{"role": "user", "content": "hi"}], **arguments)
+        status, body = raised.value.status_code, raised.value.body
+    assert status == expected
+    assert isinstance(body, dict)
+    assert body["type"] == "error"  # pyright: ignore[reportUnknownMemberType]
+    assert body["error"]["type"] == "invalid_request_error"  # pyright: ignore[reportUnknownMemberType]
+    assert ("content-type" if status == 415 else "model") in body["error"]["message"]  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
+    assert setup.upstream.requests == []
+
+
+async def test_an_upstreams_own_4xx_reaches_the_client_as_that_4xx(setup: Setup) -> None:
+    """Where the gateway cannot tell what is wrong (the upstream's words name no context), it defers to the upstream."""
+    async with httpx.AsyncClient() as http:
+        reply = await http.post(setup.chat_url, json=chat(messages=[{"role": "user", "content": "x" * CONTEXT}]))
+    assert reply.status_code == 400
+    assert reply.json()["error"]["code"] == "context_length_exceeded"
 
 
 async def test_calls_of_an_ended_attempt_are_409_and_never_recorded(setup: Setup) -> None:

@@ -177,7 +177,9 @@ async def test_bad_requests_get_openai_shaped_4xx_errors(setup: Setup) -> None:
             "malformed": await http.post(f"{url}/chat/completions", content=b'{"messages": ['),
             "not an object": await http.post(f"{url}/chat/completions", json=[1, 2]),
             "no messages": await http.post(f"{url}/chat/completions", json={"model": "m"}),
-            "bad message": await http.post(f"{url}/chat/completions", json={"model": "m", "messages": [{"content": "x"}]}),
+            "bad message": await http.post(
+                f"{url}/chat/completions", json={"model": "m", "messages": [{"content": "x"}]}
+            ),
             "n": await http.post(f"{url}/chat/completions", json={"model": "m", "messages": MESSAGES, "n": 2}),
             "oversized": await http.post(f"{url}/chat/completions", content=b" " * 20_000),
             "no route": await http.post(f"{url}/embeddings", json={}),

@@ -22,7 +22,7 @@ import secrets
 import socket
 from collections.abc import AsyncIterator
 from types import FrameType
-from typing import Any
+from typing import Any, cast
 
 import uvicorn
 from starlette.applications import Starlette
@@ -31,7 +31,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from relight.gateway import EngineUpstream, UpstreamError
-from relight.gateway.errors import error_body
+from relight.gateway.errors import GatewayError, error_body
+from relight.gateway.validate import check_content_type, check_request
 from relight_torch.engine.torch_engine import DEFAULT_MAX_TOKENS, TorchEngine
 
 __all__ = ["create_app", "main"]
@@ -65,12 +66,16 @@ def create_app(engine: TorchEngine) -> Starlette:
 
 async def _serve(upstream: EngineUpstream, endpoint: Any, request: Request) -> Response:
     try:
+        check_content_type(request.headers.get("content-type"))
         body = json.loads(await request.body())
+        field, kind = _REQUIRED[endpoint]
+        if not isinstance(body, dict) or not isinstance(body.get(field), kind):
+            return _error(400, f"the request must be a JSON object with {field!r} ({kind.__name__})")
+        check_request(endpoint, cast(dict[str, Any], body))  # the gateway's own checks: one set of rules
     except ValueError as error:
         return _error(400, f"the request body is not valid JSON: {error}")
-    field, kind = _REQUIRED[endpoint]
-    if not isinstance(body, dict) or not isinstance(body.get(field), kind):
-        return _error(400, f"the request must be a JSON object with {field!r} ({kind.__name__})")
+    except GatewayError as error:
+        return _error(error.status_code, error.message, param=error.param)
     response_id = f"{'chatcmpl' if endpoint == 'chat' else 'cmpl'}-{secrets.token_hex(12)}"
     try:
         if not body.get("stream"):

@@ -31,7 +31,7 @@ from relight.gateway.routing import PolicyRouter
 from relight.gateway.sessions import SessionChecker, api_key_for, attempt_of_request
 from relight.gateway.upstreams import Endpoint, Upstream, UpstreamPool, as_upstream, bursts_of
 from relight.gateway.urls import attempt_base_url
-from relight.gateway.validate import check_messages, check_model, check_sampling
+from relight.gateway.validate import check_request
 from relight.policies import Policy
 from relight.store import Store
 from relight.tracing.batcher import SpanBatcher, SpansLostError
@@ -268,7 +268,7 @@ class Gateway(AsgiServer):
         context is refused (400 naming it) unless ``cap_budget``, which caps it too (the translated APIs,
         whose clients size it for frontier models; see :mod:`relight.gateway.overflow`).
         """
-        validate_request(endpoint, body)
+        check_request(endpoint, body)
         body = self._with_default_max_tokens(body)
         exchange = self._exchange(session, endpoint, body, response_id, trace_parent, attributes)
         routed, asked = self._route(exchange, body, role)
@@ -317,7 +317,7 @@ class Gateway(AsgiServer):
         or the client goes away. ``keep_prompt_ids`` leaves the upstream's ``prompt_token_ids`` in the
         chunks (a route that reports the prompt's length up front, as Anthropic's ``message_start`` does).
         """
-        validate_request(endpoint, body)
+        check_request(endpoint, body)
         body = self._with_default_max_tokens(body)
         exchange = self._exchange(session, endpoint, body, response_id, trace_parent, attributes)
         routed, asked = self._route(exchange, body, role)
@@ -570,25 +570,6 @@ def _taken(
                 yield shaped
     except (UpstreamError, LookupError, TypeError, ValueError) as error:
         broken.append(error)
-
-
-def validate_request(endpoint: Endpoint, body: Json) -> None:
-    """Refuse requests the gateway cannot record faithfully, naming the field."""
-    check_model(body)
-    if endpoint == "chat":
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise GatewayError(400, "'messages' is required: a non-empty list of chat messages", param="messages")
-        check_messages(messages)  # pyright: ignore[reportUnknownArgumentType]
-    else:
-        prompt = body.get("prompt")
-        if not isinstance(prompt, str | list) or not prompt:
-            raise GatewayError(400, "'prompt' is required: a string or a list of token ids", param="prompt")
-    if body.get("n") not in (None, 1):
-        raise GatewayError(
-            400, f"n={body.get('n')!r}: the gateway records one choice per call; make n calls instead", param="n"
-        )
-    check_sampling(body, endpoint)
 
 
 class ForClient:

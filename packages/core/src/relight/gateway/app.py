@@ -36,6 +36,7 @@ from relight.gateway.routing import role_of_headers
 from relight.gateway.sessions import attempt_of_request
 from relight.gateway.upstreams import Endpoint, UpstreamPool
 from relight.gateway.urls import ATTEMPT_SCOPE, END_ATTEMPT
+from relight.gateway.validate import check_content_type
 from relight.tracing.context import AttemptRef
 
 __all__ = ["SCOPES", "create_app", "gateway_of", "json_response", "note_refusal", "read_json", "sse_response"]
@@ -140,13 +141,7 @@ def gateway_of(request: Request) -> GatewayService:
 async def read_json(request: Request) -> Json:
     """The request's JSON object. Raises GatewayError: 415 for a body declared as anything but JSON, 413 over the
     size limit, 400 if it is not a JSON object."""
-    content_type = request.headers.get("content-type")
-    if content_type is not None and not _is_json(content_type):
-        raise GatewayError(
-            415,
-            f"content-type: the gateway reads JSON request bodies (application/json), got {content_type!r}",
-            code="unsupported_media_type",
-        )
+    check_content_type(request.headers.get("content-type"))
     limit = gateway_of(request).max_body_bytes
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
@@ -169,12 +164,6 @@ async def read_json(request: Request) -> Json:
         raise GatewayError(400, f"the request body must be a JSON object, not {type(parsed).__name__}")
     request.state.relight_body = parsed  # what a refused request asked, for its span
     return cast(Json, parsed)
-
-
-def _is_json(content_type: str) -> bool:
-    """Whether a ``Content-Type`` names JSON (``application/json``, ``…+json``), whatever its ``charset``."""
-    media = content_type.split(";", 1)[0].strip().lower()
-    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
 
 
 def json_response(content: Json, status_code: int = 200, *, headers: dict[str, str] | None = None) -> Response:

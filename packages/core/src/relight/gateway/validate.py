@@ -1,6 +1,7 @@
-"""Sampling parameters and messages, checked with OpenAI's own ranges before any upstream sees them.
+"""Requests checked with OpenAI's own rules before any upstream sees them: a JSON body, a model, messages
+and sampling parameters in their ranges (:func:`check_request`; relight_torch's engine server checks with it too).
 
-A bad value must be the client's 400 naming the parameter, as OpenAI answers it: passed on, an
+A bad value must be the client's 4xx naming the parameter, as OpenAI answers it: passed on, an
 in-process engine fails with a 502 (which the OpenAI client retries twice) or, worse, quietly
 samples something else (temperature NaN as greedy, infinity as uniform), and the recorded span
 claims a setting that never took effect. Only what OpenAI itself rejects is rejected here; fields
@@ -15,7 +16,7 @@ from typing import Any, Literal
 
 from relight.gateway.errors import GatewayError
 
-__all__ = ["check_messages", "check_model", "check_sampling"]
+__all__ = ["check_content_type", "check_messages", "check_model", "check_request", "check_sampling"]
 
 Json = dict[str, Any]
 
@@ -42,6 +43,44 @@ def _is_number(value: object) -> bool:
 
 def _is_integer(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_content_type(content_type: str | None) -> None:
+    """Raise GatewayError (415) for a body declared as anything but JSON (``application/json``, ``…+json``).
+
+    A request that declares no type is read as JSON: many small clients send none.
+    """
+    if content_type is None:
+        return
+    media = content_type.split(";", 1)[0].strip().lower()
+    if media == "application/json" or (media.startswith("application/") and media.endswith("+json")):
+        return
+    raise GatewayError(
+        415,
+        f"content-type: request bodies are read as JSON (application/json), got {content_type!r}",
+        code="unsupported_media_type",
+    )
+
+
+def check_request(endpoint: Literal["chat", "completions"], body: Json) -> None:
+    """Raise GatewayError (400, naming the field) for a chat or completions request that cannot be served
+    faithfully: no model, no messages (or prompt), a message or sampling parameter OpenAI would refuse, ``n``
+    other than 1 (one recorded choice per call)."""
+    check_model(body)
+    if endpoint == "chat":
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise GatewayError(400, "'messages' is required: a non-empty list of chat messages", param="messages")
+        check_messages(messages)  # pyright: ignore[reportUnknownArgumentType]
+    else:
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str | list) or not prompt:
+            raise GatewayError(400, "'prompt' is required: a string or a list of token ids", param="prompt")
+    if body.get("n") not in (None, 1):
+        raise GatewayError(
+            400, f"n={body.get('n')!r}: the gateway records one choice per call; make n calls instead", param="n"
+        )
+    check_sampling(body, endpoint)
 
 
 def check_model(body: Json) -> None:
