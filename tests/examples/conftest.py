@@ -19,6 +19,7 @@ from rich.console import Console
 
 from relight import semconv
 from relight.agent import Agent
+from relight.integrity import verify_store
 from relight.records import Span, SpanKind, Transition
 from relight.scripted import Script, ScriptedUpstream
 from relight.stores.memory import InMemoryStore
@@ -72,6 +73,8 @@ async def dev_run(agent: Agent, tasks: Sequence[Any], script: Script, *, roles: 
     for result in results:
         spans += await store.query_spans(result.rollout.rollout_id)
     transitions = await TransitionBuilder(roles=roles).from_store(store, [r.rollout for r in results])
+    report = await verify_store(store)
+    assert report.clean, report.as_json()
     return DevRun(results, spans, transitions)
 
 

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from relight.records import Transition
+from relight_testing.examples import assert_verified
 
 torch = pytest.importorskip("torch")
 recipe_module = pytest.importorskip("relight_torch.recipes.warm_start_grpo")
@@ -152,3 +153,4 @@ def test_two_steps_train_the_right_roles_on_the_policy_each_step_left(
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [row["kind"] for row in rows] == ["val", "train", "train", "val"]
     assert 0.0 <= json.loads((run / "scenario.json").read_text())["initial_eval_reward"] <= 1.0
+    assert_verified(run)  # relight verify finds the run's store clean

@@ -25,7 +25,7 @@ LAYERS: list[set[str]] = [
     {"gateway"},
     {"transitions", "runners", "harness", "scripted.scripts"},
     {"dashboard", "otlp", "rewards"},
-    {"training"},
+    {"training", "integrity"},
     {"scripted", "__init__", "trained"},
     {"replay"},
     {"cli"},

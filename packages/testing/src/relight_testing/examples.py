@@ -16,7 +16,10 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-__all__ = ["example_file", "load_example", "run_example"]
+from relight import cli
+from relight.training.run_folder import RUNS_ENV
+
+__all__ = ["assert_verified", "example_file", "load_example", "run_example"]
 
 
 def example_file(relative: str, *, near: str | Path) -> Path:
@@ -48,17 +51,26 @@ def load_example(path: Path) -> ModuleType:
 def run_example(path: Path, *args: str, cwd: Path) -> list[str]:
     """Run ``python <path> <args>`` as its README says and return the rows of the dev table it prints.
 
-    Asserts that the command succeeded; a row is a line of the final table that names a rollout
+    Asserts that the command succeeded, and that ``relight verify`` finds every store it left (its run
+    folders, under ``<cwd>/runs``) clean; a row is a line of the final table that names a rollout
     (``ro-…``), not the lines printed as each rollout ended (``rollout ro-…``).
     """
+    runs = cwd / "runs"
     done = subprocess.run(
         [sys.executable, str(path), *args],
         cwd=cwd,
-        env={**os.environ, "COLUMNS": "200"},
+        env={**os.environ, "COLUMNS": "200", RUNS_ENV: str(runs)},
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
     )
     assert done.returncode == 0, done.stderr
+    assert_verified(runs)
     return [line for line in done.stdout.splitlines() if "ro-" in line and not line.startswith("rollout ro-")]
+
+
+def assert_verified(folder: Path) -> None:
+    """Assert that ``relight verify`` finds every SQLite store under ``folder`` clean."""
+    for store in sorted(folder.rglob("store.db")):
+        assert cli.main(["verify", "--store", f"sqlite:///{store}"]) == 0, f"relight verify found problems in {store}"

@@ -13,20 +13,33 @@ from collections.abc import Sequence
 from rich.console import Console
 
 from relight import __version__
-from relight.cli import compare, dashboard, export, otlp, replay, rescore, rollouts, runner, serve, stats, store
+from relight.cli import (
+    compare,
+    dashboard,
+    export,
+    otlp,
+    replay,
+    rescore,
+    rollouts,
+    runner,
+    serve,
+    stats,
+    store,
+    verify,
+)
 from relight.cli._common import exit_status
 from relight.errors import RelightError
 
 __all__ = ["COMMAND_GROUPS", "main"]
 
-COMMAND_GROUPS = (rollouts, stats, store, export, runner, dashboard, otlp, compare, rescore, replay, serve)
+COMMAND_GROUPS = (rollouts, stats, verify, store, export, runner, dashboard, otlp, compare, rescore, replay, serve)
 
 _DESCRIPTION = """\
 Reinforcement learning for the agents you already have.
 
-These commands look into a store (the rollouts, attempts and spans of a run), serve one over
-HTTP, run an agent's rollouts on any host (relight runner), and receive OpenTelemetry GenAI
-traces as rollouts (relight otlp serve). A store is named by URL:
+These commands look into a store (the rollouts, attempts and spans of a run), check its integrity
+(relight verify), serve one over HTTP, run an agent's rollouts on any host (relight runner), and
+receive OpenTelemetry GenAI traces as rollouts (relight otlp serve). A store is named by URL:
 sqlite:///runs/store.db (a file relative to the working directory; sqlite:////abs/store.db, with
 four slashes, is absolute), postgresql://user@host/db (a PostgreSQL database),
 http://host:port (a store server) or memory://. Commands take it from --store, or from
