@@ -4,12 +4,17 @@ Each seed runs the example's own training command (``examples/<name>/<name>_trai
 Instruct, a warm start on scripted demonstrations, then GRPO through ``relight.Trainer.fit``) in a
 process of its own, and reads back the ``scenario.json`` it writes in its run folder:
 
-- ``before`` / ``after``: greedy held-out reward after the warm start (before any RL update) and
-  after the last update; ``gain`` is RL's own.
+- ``before`` / ``after``: greedy held-out reward after the warm start, measured by the validation that ran
+  before the first RL update (the run's ``initial_val_reward_mean``), and by the one after the last update
+  (``final_val_reward_mean``); ``gain`` is RL's own. A run without either figure is an error, never a guess.
 - ``wall_s`` (the whole run), ``rl_s`` (RL and both evaluations), ``peak_gb`` (the training
   process's peak resident memory).
 - ``calls_per_s``, ``gen_tok_per_s``: LLM calls and generated tokens per second of rollout time;
   ``train_tok_per_s``: prompt and response tokens per second of GRPO update time.
+- ``verify``: what ``relight verify`` says of the run's store (``clean``, or the kinds of problem it found).
+
+With several seeds, a last row gives each figure's mean and its spread across the seeds (the sample standard
+deviation), and ``--json`` a last object with both.
 
     python benchmarks/scenarios.py --scenario calc --seeds 0 1 2        # a table
     python benchmarks/scenarios.py --scenario sql --seeds 0 --json      # one JSON object per line
@@ -32,7 +37,9 @@ and each example's README.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -40,6 +47,9 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+
+from relight.integrity import verify_store
+from relight.stores.sqlite import SqliteStore
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = {
@@ -49,6 +59,8 @@ SCRIPTS = {
     "crew": ROOT / "examples" / "crew" / "crew_train.py",
 }
 COLUMNS = ("before", "after", "gain", "wall_s", "rl_s", "peak_gb", "calls_per_s", "gen_tok_per_s", "train_tok_per_s")
+SPREAD = (*COLUMNS, "checker_before", "checker_after", "wall_ratio")
+"""The figures whose mean and spread across seeds are reported."""
 POLICY_COLUMNS = ("policies", "checker_before", "checker_after", "wall_ratio")
 """Added with ``--policies``: the number of policies, the sql checker's verdict accuracy, the wall-time ratio."""
 
@@ -62,13 +74,17 @@ def run(scenario: str, seed: int, out: Path, extra: list[str]) -> dict[str, Any]
     if done.returncode != 0:
         raise SystemExit(f"{scenario} seed {seed} failed (exit {done.returncode}); see {out / 'train.log'}")
     summary = json.loads((out / "scenario.json").read_text())
+    measured = json.loads((out / "summary.json").read_text())  # the trainer's: only figures a validation measured
+    if "initial_val_reward_mean" not in measured or "final_val_reward_mean" not in measured:
+        raise SystemExit(f"{scenario} seed {seed}: no validation before the first update or after the last; see {out}")
+    before, after = measured["initial_val_reward_mean"], measured["final_val_reward_mean"]
     return {
         "benchmark": "scenarios",
         "scenario": scenario,
         "seed": seed,
-        "before": summary["initial_eval_reward"],
-        "after": summary["final_eval_reward"],
-        "gain": summary["gain"],
+        "before": before,
+        "after": after,
+        "gain": after - before,
         "iterations": summary["iterations"],
         "wall_s": summary["wall_seconds"],
         "rl_s": summary["rl_seconds"],
@@ -83,8 +99,32 @@ def run(scenario: str, seed: int, out: Path, extra: list[str]) -> dict[str, Any]
             for name, figures in (summary.get("held_out_figures") or {}).items()
             for when, value in figures.items()
         },
+        "verify": asyncio.run(_verify(out / "store.db")),
         "run_folder": str(out),
     }
+
+
+async def _verify(path: Path) -> str:
+    """``relight verify``'s verdict on a run's store: ``clean``, or the kinds of problem and how many of each."""
+    store = SqliteStore(path)
+    try:
+        report = await verify_store(store)
+    finally:
+        await store.close()
+    return "clean" if report.clean else ", ".join(f"{f.count} {kind}" for kind, f in report.problems.items())
+
+
+def spread(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each figure's mean and sample standard deviation across the seeds of ``results`` (None for one seed)."""
+    figures: dict[str, Any] = {"benchmark": "scenarios", "seeds": [r["seed"] for r in results]}
+    for column in SPREAD:
+        values = [r[column] for r in results if isinstance(r.get(column), int | float)]
+        if values:
+            figures[column] = {
+                "mean": statistics.fmean(values),
+                "sd": statistics.stdev(values) if len(values) > 1 else None,
+            }
+    return figures
 
 
 def main() -> None:
@@ -121,16 +161,33 @@ def main() -> None:
             results.append(result)
             if args.json:
                 print(json.dumps(result), flush=True)
+    groups = [[r for r in results if r["policies"] == n] for n in sorted({r["policies"] for r in results})]
+    spreads = [{**spread(group), "scenario": args.scenario, "policies": group[0]["policies"]} for group in groups]
     if args.json:
+        for figures in spreads if len(args.seeds) > 1 else []:
+            print(json.dumps(figures), flush=True)
         return
     columns = COLUMNS + (POLICY_COLUMNS if counts else ())
     table = Table(title=f"{args.scenario}: SmolLM2-135M-Instruct on the CPU, held-out reward", title_justify="left")
     table.add_column("seed", justify="right")
-    for column in columns:
-        table.add_column(column, justify="right")
+    for column in (*columns, "verify"):
+        table.add_column(column, justify="left" if column == "verify" else "right")
     for result in results:
-        table.add_row(str(result["seed"]), *(_cell(result, c) for c in columns))
+        table.add_row(str(result["seed"]), *(_cell(result, c) for c in columns), result["verify"])
+    for figures in spreads if len(args.seeds) > 1 else []:
+        label = "mean ± sd" + (f" ({figures['policies']} policies)" if counts else "")
+        table.add_row(label, *(_spread_cell(figures, c) for c in columns), "")
     console.print(table)
+
+
+def _spread_cell(figures: dict[str, Any], column: str) -> str:
+    figure = figures.get(column)
+    if column == "policies":
+        return str(figures["policies"])
+    if not isinstance(figure, dict):
+        return "-"
+    sd = "" if figure["sd"] is None else f" ± {figure['sd']:.2g}"
+    return f"{figure['mean']:.3g}{sd}"
 
 
 def _cell(result: dict[str, Any], column: str) -> str:

@@ -6,6 +6,7 @@ import pytest
 from rich.console import Console
 from transformers import AutoModelForCausalLM
 
+from relight_testing.examples import assert_verified
 from relight_torch.demo.__main__ import main
 from relight_torch.demo.calculator import Problem, answer_reward, calculate
 from relight_torch.demo.run import Recipe, run_demo
@@ -44,6 +45,7 @@ def test_a_miniature_run_writes_the_whole_run_folder(tmp_path: Path) -> None:
     if checkpoints:
         AutoModelForCausalLM.from_pretrained(checkpoints[-1])
     assert str(tmp_path / "summary.json") in output.getvalue()
+    assert_verified(tmp_path)  # relight verify finds the tiny model's run clean
 
 
 def test_the_command_line_takes_the_run_folder(tmp_path: Path) -> None:

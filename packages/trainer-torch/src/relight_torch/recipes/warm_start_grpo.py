@@ -128,6 +128,7 @@ class Recipe:
             n_samples=self.samples_per_task,
             concurrency=max(self.tasks_per_iteration * self.samples_per_task, self.eval_tasks),
             val_every=self.iterations,
+            val_before_fit=True,
             dynamic_sampling=self.dynamic_sampling,
             **options,
         )
@@ -263,13 +264,14 @@ def train_agent(
     generation = asyncio.run(_generation_counts(out / "store.db"))
     named = asyncio.run(_held_out_figures(out / "store.db", held_out_figures, len(val_tasks)))
     validations = [row for row in history if "val_reward_mean" in row]
+    before = next(row for row in validations if row["step"] == 0)  # measured before the first update
     steps = [row for row in history if "time_update_s" in row]
     rollout_seconds = sum(row["time_rollouts_s"] for row in steps) or float("nan")
     update_seconds = sum(row["time_update_s"] for row in steps) or float("nan")
     summary = {
-        "initial_eval_reward": validations[0]["val_reward_mean"],
+        "initial_eval_reward": before["val_reward_mean"],
         "final_eval_reward": validations[-1]["val_reward_mean"],
-        "gain": validations[-1]["val_reward_mean"] - validations[0]["val_reward_mean"],
+        "gain": validations[-1]["val_reward_mean"] - before["val_reward_mean"],
         "iterations": len(steps),
         "policy_version": algorithm.policy_version,
         "demonstrated_calls": len(conversations),
