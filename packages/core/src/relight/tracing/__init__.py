@@ -2,8 +2,9 @@
 
 The span processor and emitters (:mod:`.otel`), batched delivery (:mod:`.batcher`), the attempt a
 piece of code belongs to (:mod:`.context`), role and tool spans for adapters (:mod:`.roles`), the
-guard that keeps relight's hooks from breaking the user's agent (:mod:`.hook_failures`) and the
-switch for framework adapters (:mod:`.instrumentation`).
+guard that keeps relight's hooks from breaking the user's agent (:mod:`.hook_failures`), the path
+by which rewards reach the store whatever else fails (:mod:`.rewards`) and the switch for framework
+adapters (:mod:`.instrumentation`).
 """
 
 from relight.tracing.otel import (

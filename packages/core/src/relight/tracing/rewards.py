@@ -13,7 +13,6 @@ fails the attempt with the reason (:meth:`AttemptRewards.failure`). So ``succeed
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Generator
@@ -32,8 +31,6 @@ from relight.tracing.context import AttemptRef
 from relight.tracing.hook_failures import hook_failed
 
 __all__ = ["AttemptRewards", "current_rewards", "reward_span"]
-
-logger = logging.getLogger(__name__)
 
 
 def reward_span(
@@ -99,13 +96,9 @@ class AttemptRewards:
         self._lock = threading.Lock()
         self._unsent: list[Span] = []
         self._failures: list[str] = []
-        self.count = 0
-        """Rewards recorded for the attempt."""
 
     def add(self, span: Span) -> None:
         """Record a reward span; it reaches the store with the attempt's spans, or by :meth:`store_unsent`."""
-        with self._lock:
-            self.count += 1
         try:
             if self._batcher is None:
                 raise RuntimeError("no span batcher")
@@ -136,14 +129,8 @@ class AttemptRewards:
             return None
         try:
             await store.add_spans(unsent)
-        except Exception as error:
-            logger.exception("relight: the reward(s) of attempt %s could not be written", self.ref.attempt_id)
+        except Exception as error:  # the attempt fails with this reason, which its runner logs
             return f"{len(unsent)} reward span(s) could not be written to the store: {error!r}"
-        logger.warning(
-            "relight: %d reward span(s) of attempt %s were written to the store directly (the span batcher failed)",
-            len(unsent),
-            self.ref.attempt_id,
-        )
         return None
 
     @contextmanager
