@@ -263,3 +263,19 @@ def test_calls_traced_without_their_text_say_which_text_is_missing_and_why(
     shown = " ".join(capsys.readouterr().out.split())
     assert f"not trained: inexact tokens text_missing: {missing}" in shown
     assert cause in shown
+
+
+@pytest.mark.parametrize("name", list(TRACERS))
+def test_relight_verify_finds_each_librarys_store_whole(
+    name: str, runs: Runs, smollm2_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every call re-checked with the tokenizer; what a tracer did not record is a notice, never a problem."""
+    run = runs.of(name)
+    capsys.readouterr()
+    status = main(["verify", "--store", run.store_url, "--tokenizer", str(smollm2_path), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert (status, report["problems"]) == (0, {})
+    calls = sum(len(entry["calls"]) for entry in run.report.values())
+    rechecked = report["checked"]["imported_calls_rechecked"]
+    unrenderable = report["notices"].get("imported_not_retokenizable", {}).get("count", 0)
+    assert rechecked + unrenderable == calls

@@ -22,7 +22,7 @@ from relight import semconv
 from relight._internal.server import AsgiServer
 from relight.cli import main
 from relight.otlp import create_otlp_app
-from relight_torch.tiny import tiny_tokenizer
+from relight_torch.models.tiny import tiny_tokenizer
 
 
 def chat_span_attributes(parts: list[dict[str, Any]], answer: str) -> dict[str, Any]:

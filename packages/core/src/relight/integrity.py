@@ -30,13 +30,13 @@ Notices:
 - ``imported_without_reward``: an imported trace that recorded no reward (``relight.otlp.add_reward``).
 - ``val_without_reward``: a validation (or ``Trainer.dev``) rollout whose agent returned and emitted no reward
   (one rewarded by a group reward, such as a judge, which scores training groups only).
-- ``imported_inexact`` (with a tokenizer): an imported call whose tokens do not reproduce its text exactly,
-  with the reason; training and export treat it by their rule for inexact calls.
+- ``imported_inexact`` (with a tokenizer): an imported call whose ids are not exactly the call (text, tool calls,
+  tool results and tools), with the reasons; training and export leave it out and count it by default.
 - ``imported_not_retokenizable`` (with a tokenizer): an imported call that cannot be rendered (its text is missing).
 - ``imported_not_rechecked``: imported calls whose exactness was not re-checked, for want of a tokenizer.
 
-Imported calls are re-checked with :func:`relight.otlp.transitions.prepare_spans`, the function that decides
-their exactness for training and export.
+Imported calls are re-checked with :func:`relight.otlp.transitions.retokenize_call`, the one decision of
+their exactness that training and export use too.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from pydantic import JsonValue
 
 from relight import semconv
 from relight.otlp.importer import SOURCE
-from relight.otlp.transitions import TemplateRetokenizer, prepare_spans
+from relight.otlp.transitions import TemplateRetokenizer, retokenize_call
 from relight.records import Attempt, AttemptStatus, Mode, Rollout, RolloutStatus, Span, SpanKind
 from relight.store import Store
 from relight.transitions.builder import TransitionBuilder
@@ -336,15 +336,17 @@ _DERIVED = frozenset(
         semconv.RETOKENIZED,
         semconv.RETOKENIZED_EXACT,
         semconv.RETOKENIZED_MISMATCH,
+        semconv.RETOKENIZED_REASONS,
     }
 )
-"""What retokenizing an imported call derives from its text."""
+"""What retokenizing an imported call derives from its record."""
 
 
 def _recheck_imported(
     report: IntegrityReport, rollout_id: str, spans: Sequence[Span], retokenizer: TemplateRetokenizer | None
 ) -> None:
-    """Retokenize each imported call again from its text, as training and export do, and compare with the store."""
+    """Retokenize each imported call again from its record, by the one decision of exactness training and export
+    use (:func:`relight.otlp.transitions.retokenize_call`), and compare with what the store holds."""
     for span in spans:
         if span.kind is not SpanKind.LLM or span.status_code == "ERROR":
             continue
@@ -352,25 +354,24 @@ def _recheck_imported(
         if retokenizer is None:
             report.add("imported_not_rechecked", where)
             continue
-        bare = {key: value for key, value in span.attributes.items() if key not in _DERIVED}
-        prepared = prepare_spans([span.model_copy(update={"attributes": bare})], retokenizer)
-        (again,) = [s for s in prepared if s.kind is SpanKind.LLM]
-        fresh = again.attributes
-        if semconv.PROMPT_TOKEN_IDS not in fresh:
-            report.add("imported_not_retokenizable", f"{where}: missing {fresh.get(semconv.IMPORT_MISSING)}")
+        bare = span.model_copy(update={"attributes": {k: v for k, v in span.attributes.items() if k not in _DERIVED}})
+        again = retokenize_call(bare, retokenizer, rollout_spans=spans)
+        if not again.prompt_ids:
+            report.add("imported_not_retokenizable", f"{where}: {again.mismatch}")
             continue
         report.imported_calls_rechecked += 1
-        exact = fresh.get(semconv.RETOKENIZED_EXACT) is True
         stored = span.attributes
-        if semconv.RETOKENIZED_EXACT in stored and (stored[semconv.RETOKENIZED_EXACT] is True) != exact:
-            report.add("exactness_mark_wrong", f"{where}: marked exact={stored[semconv.RETOKENIZED_EXACT]}, is {exact}")
+        if semconv.RETOKENIZED_EXACT in stored and (stored[semconv.RETOKENIZED_EXACT] is True) != again.exact:
+            report.add(
+                "exactness_mark_wrong", f"{where}: marked exact={stored[semconv.RETOKENIZED_EXACT]}, is {again.exact}"
+            )
         elif semconv.PROMPT_TOKEN_IDS in stored and (
-            stored[semconv.PROMPT_TOKEN_IDS] != fresh[semconv.PROMPT_TOKEN_IDS]
-            or stored.get(semconv.RESPONSE_TOKEN_IDS) != fresh[semconv.RESPONSE_TOKEN_IDS]
+            stored[semconv.PROMPT_TOKEN_IDS] != again.prompt_ids
+            or stored.get(semconv.RESPONSE_TOKEN_IDS) != again.response_ids
         ):
-            report.add("exactness_mark_wrong", f"{where}: its stored token ids differ from the text's")
-        if not exact:
-            report.add("imported_inexact", f"{where}: {fresh.get(semconv.RETOKENIZED_MISMATCH)}")
+            report.add("exactness_mark_wrong", f"{where}: its stored token ids differ from its record's")
+        if not again.exact:
+            report.add("imported_inexact", f"{where}: {again.mismatch}")
 
 
 def _token_ids(value: JsonValue | None) -> bool:
