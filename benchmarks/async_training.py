@@ -162,6 +162,7 @@ async def _fit(
         n_runners=runners,
         concurrency=-(-in_flight // runners),
         max_staleness=max_staleness,
+        val_before_fit=False,  # the wall time measured is training's; only the final evaluation is reported
         console=Console(file=io.StringIO()),
     )
     count = recipe.iterations * recipe.tasks_per_iteration
