@@ -22,7 +22,7 @@ LAYERS: list[set[str]] = [
     {"store"},
     {"plugins", "stores"},
     {"tracing", "tracking"},
-    {"gateway"},
+    {"gateway", "resources"},
     {"transitions", "runners", "harness", "scripted.scripts"},
     {"dashboard", "otlp", "rewards"},
     {"training", "integrity"},

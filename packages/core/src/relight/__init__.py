@@ -31,6 +31,7 @@ from relight.records import (
     StoreStats,
     Transition,
 )
+from relight.resources.reading import resource
 from relight.runners.runner import Runner
 from relight.store import Store
 from relight.tracing.call_role import role
@@ -81,6 +82,7 @@ __all__ = [
     "instrument",
     "open_store",
     "plugin_manager",
+    "resource",
     "role",
     "rollout",
     "uninstrument",

@@ -9,7 +9,8 @@ Decorate a function (sync or async)::
         return 1.0 if task["answer"] in answer.choices[0].message.content else 0.0
 
 or subclass :class:`Agent` and implement :meth:`Agent.rollout`. The ``llm`` handle points the
-agent's model client (or framework) at the gateway for this one attempt. Returning a float
+agent's model client (or framework) at the gateway for this one attempt, and carries the resources
+published for it (``llm.resources``, see :mod:`relight.resources.reading`). Returning a float
 records it as the episode's reward; returning None means the agent emitted its rewards itself
 with :func:`relight.emit_reward`.
 """
@@ -19,8 +20,9 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, cast, overload
 
 from pydantic import JsonValue
@@ -42,6 +44,12 @@ class LLM:
     api_key: str
     """Names the attempt too, for clients that can only be given ``<gateway>/v1``."""
     model: str
+    resources: Mapping[str, JsonValue] = field(default_factory=lambda: _NO_RESOURCES)
+    """The resources version the attempt runs with (prompt templates by name): ``llm.resources.get("system_prompt",
+    SYSTEM_PROMPT)``. Empty when the rollout was pinned to no version; each name read is recorded."""
+
+
+_NO_RESOURCES: Mapping[str, JsonValue] = MappingProxyType({})
 
 
 class Agent:

@@ -25,16 +25,20 @@ import openai
 from openai.types.chat import ChatCompletionMessageParam
 
 from relight.agent import LLM, rollout
+from relight.resources.reading import resource
 from relight.tracing.context import current_attempt
 
 __all__ = [
     "CALLS",
+    "DEFAULT_SYSTEM_PROMPT",
     "INSTRUMENTED_REWARD",
     "ROLE_CALLS",
     "SPANS",
     "calls_by_role",
     "instrumented",
     "many_spans_async",
+    "prompted",
+    "prompted_async",
     "three_calls",
     "three_calls_async",
 ]
@@ -190,3 +194,32 @@ async def instrumented(task: Mapping[str, Any], llm: LLM) -> float | None:
         emit_reward(INSTRUMENTED_REWARD)
         return None
     return INSTRUMENTED_REWARD
+
+
+DEFAULT_SYSTEM_PROMPT = "Answer the question."
+"""The system prompt :func:`prompted` and :func:`prompted_async` use when no ``system_prompt`` is published."""
+
+
+def _prompted_messages(task: Mapping[str, Any], system: str) -> list[ChatCompletionMessageParam]:
+    return [{"role": "system", "content": system}, {"role": "user", "content": str(task["question"])}]
+
+
+@rollout
+def prompted(task: Mapping[str, Any], llm: LLM) -> float:
+    """One call whose system prompt is the published resource ``system_prompt`` (``llm.resources``), on a thread.
+
+    A task is ``{"question": str, "answer": str}``; the reward is 1.0 when the reply is the answer.
+    """
+    system = str(llm.resources.get("system_prompt", DEFAULT_SYSTEM_PROMPT))
+    with openai.OpenAI(base_url=llm.base_url, api_key=llm.api_key, max_retries=0) as client:
+        completion = client.chat.completions.create(model=llm.model, messages=_prompted_messages(task, system))
+    return 1.0 if (completion.choices[0].message.content or "").strip() == task["answer"] else 0.0
+
+
+@rollout
+async def prompted_async(task: Mapping[str, Any], llm: LLM) -> float:
+    """:func:`prompted` as a coroutine that reads its prompt where a framework builds it: ``relight.resource``."""
+    system = resource("system_prompt", default=DEFAULT_SYSTEM_PROMPT)
+    async with openai.AsyncOpenAI(base_url=llm.base_url, api_key=llm.api_key, max_retries=0) as client:
+        completion = await client.chat.completions.create(model=llm.model, messages=_prompted_messages(task, system))
+    return 1.0 if (completion.choices[0].message.content or "").strip() == task["answer"] else 0.0

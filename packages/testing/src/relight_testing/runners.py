@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import JsonValue
 
 from relight._internal.server import AsgiServer
+from relight.agent import Agent
 from relight.gateway import Gateway
 from relight.records import Rollout, RolloutRequest
 from relight.runners.processes import RunnerProcesses
@@ -35,11 +36,9 @@ class Shared:
     gateway: Gateway
     upstream: ScriptedUpstream
 
-    def runners(self, count: int, **options: Any) -> RunnerProcesses:
-        """``count`` runner processes of :func:`relight_testing.agents.three_calls` on this store and gateway."""
-        return RunnerProcesses(
-            count, three_calls, self.store_url, gateway_url=self.gateway.url, model="scripted", **options
-        )
+    def runners(self, count: int, agent: Agent = three_calls, **options: Any) -> RunnerProcesses:
+        """``count`` runner processes of ``agent`` (by default :func:`relight_testing.agents.three_calls`) here."""
+        return RunnerProcesses(count, agent, self.store_url, gateway_url=self.gateway.url, model="scripted", **options)
 
     async def enqueue(self, tasks: list[JsonValue], max_attempts: int = 3) -> list[str]:
         """Enqueue one rollout a task; returns their ids."""

@@ -3,7 +3,10 @@
 A :class:`Runner` keeps up to ``concurrency`` attempts going, refilling free slots with a few claims
 at once (a claim is a round trip to the store): async agents as tasks on its loop,
 sync agents on threads of their own (each with a copy of the context, so spans and rewards made
-in the agent are tagged with its attempt; a hung one is abandoned, never holding a slot). Each
+in the agent are tagged with its attempt; a hung one is abandoned, never holding a slot). Before its
+agent starts, an attempt reads the resources version its rollout is pinned to from the store (each
+version once per runner) and hands it to the agent (``llm.resources``, :func:`relight.resource`): a
+version that cannot be read fails the attempt rather than run the agent on its defaults. Each
 attempt's lease is kept alive by heartbeats. Before an attempt is finished its spans (the agent's,
 and the gateway's, which the runner asks it to end the attempt) must be in the store: if some could
 not be written it fails instead of succeeding with a hole. Its rewards (returned or emitted) take a
@@ -28,19 +31,21 @@ import math
 import os
 import socket
 import traceback
+from collections import OrderedDict
 from collections.abc import Awaitable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from relight._internal.http import HttpClient
 from relight._internal.retry import RetryPolicy, retry_async
 from relight._internal.server import CLIENT_KEEP_ALIVE_SECONDS
 from relight.agent import LLM, Agent
-from relight.errors import ConfigError, LeaseLostError, StoreError
+from relight.errors import ConfigError, LeaseLostError, NotFoundError, StoreError
 from relight.gateway import Gateway, GatewayError
 from relight.gateway.sessions import api_key_for
 from relight.gateway.urls import attempt_base_url, end_attempt_path
-from relight.records import Attempt, AttemptStatus, Mode, Rollout, new_id
+from relight.records import Attempt, AttemptStatus, Mode, Resources, Rollout, new_id
+from relight.resources.reading import AttemptResources, resources_scope
 from relight.runners._threads import AgentThreads
 from relight.store import DEFAULT_LEASE_SECONDS, Store
 from relight.tracing import call_role
@@ -53,6 +58,8 @@ from relight.tracing.rewards import AttemptRewards, reward_span
 _CLAIMS_AT_ONCE = 4
 """Claims a runner has under way at once (never more than its free slots): a claim is a round trip to a
 store that may be busy, and one at a time would refill free slots no faster than that."""
+_RESOURCES_KEPT = 32
+"""Resources versions a runner keeps read (a version never changes); a run's rollouts use one or a few at a time."""
 
 __all__ = ["Runner", "RunnerStats", "is_worker_of", "llm_for"]
 
@@ -157,6 +164,7 @@ class Runner:
         self._threads = AgentThreads()
         self._agents: set[asyncio.Task[None]] = set()
         self._http: HttpClient | None = None  # to the gateway at gateway_url
+        self._resources: OrderedDict[int, Resources] = OrderedDict()
 
     async def run(self) -> RunnerStats:
         """Claim and run attempts until :meth:`stop`; returns once the running ones have finished (or been failed)."""
@@ -283,7 +291,7 @@ class Runner:
         ref = AttemptRef(rollout.rollout_id, attempt.attempt_id)
         rewards = AttemptRewards(ref, self._batcher)
         with attempt_scope(ref.rollout_id, ref.attempt_id), rewards.scope():
-            agent_task = asyncio.create_task(self._run_agent(rollout.input, llm, rewards))
+            agent_task = asyncio.create_task(self._run_agent(rollout, llm, rewards))
         self._agents.add(agent_task)
         agent_task.add_done_callback(self._agents.discard)
         lease = asyncio.create_task(self._keep_alive(rollout, attempt, agent_task))
@@ -385,14 +393,20 @@ class Runner:
             return f"the gateway answered {status}: {reply[:300].decode(errors='replace')}"
         return None
 
-    async def _run_agent(self, task: Any, llm: LLM, rewards: AttemptRewards) -> None:
-        """Run the agent (async as a coroutine, sync on a thread of its own) and record a returned reward."""
-        if self.agent.is_async:
-            call = asyncio.ensure_future(cast(Awaitable[Any], self.agent.rollout(task, llm)))
-        else:
-            context = contextvars.copy_context()
-            rollout = functools.partial(self.agent.rollout, task, llm)
-            call = self._threads.run(lambda: context.run(rollout))
+    async def _run_agent(self, rollout: Rollout, llm: LLM, rewards: AttemptRewards) -> None:
+        """Run the agent (async as a coroutine, sync on a thread of its own) with its rollout's resources, and
+        record a returned reward."""
+        resources = AttemptResources(
+            await self._resources_of(rollout.resources_version), rollout.resources_version, rewards.ref
+        )
+        llm, task = replace(llm, resources=resources), rollout.input
+        with resources_scope(resources):  # the agent's coroutine or thread takes a copy of this context
+            if self.agent.is_async:
+                call = asyncio.ensure_future(cast(Awaitable[Any], self.agent.rollout(task, llm)))
+            else:
+                context = contextvars.copy_context()
+                run = functools.partial(self.agent.rollout, task, llm)
+                call = self._threads.run(lambda: context.run(run))
         limit = asyncio.timeout(self.timeout)
         try:
             async with limit:
@@ -408,6 +422,23 @@ class Runner:
             except Exception as error:  # the attempt fails for it, with the reason: never succeeds without it
                 hook_failed("recording the returned reward")
                 rewards.failed(f"the reward {reward!r} the agent returned could not be recorded: {error!r}")
+
+    async def _resources_of(self, version: int | None) -> dict[str, Any]:
+        """The items of resources version ``version`` (none for None), read from the store once per version."""
+        if version is None:
+            return {}
+        found = self._resources.get(version)
+        if found is None:
+            try:
+                found = self._resources[version] = await self.store.get_resources(version)
+            except NotFoundError as error:
+                raise NotFoundError(
+                    f"the rollout is pinned to resources version {version}, which the store does not hold: {error}"
+                ) from error
+            while len(self._resources) > _RESOURCES_KEPT:
+                self._resources.popitem(last=False)
+        self._resources.move_to_end(version)
+        return found.items
 
     async def _keep_alive(self, rollout: Rollout, attempt: Attempt, agent_task: asyncio.Task[None]) -> bool:
         """Renew the lease until cancelled; on losing it, cancel the agent and return True."""

@@ -2,7 +2,8 @@
 
 A dev run checks the wiring before any training: did each rollout succeed, what reward did it
 record, which agents (roles) made its LLM calls, which tools they ran and how those went, who
-handed off to whom, and were the calls trainable (exact token ids and logprobs), only retokenized
+handed off to whom, which resources it read from which version (``relight.resource``), and were the calls
+trainable (exact token ids and logprobs), only retokenized
 from text, or not trainable at all. Rows wrap to the console's width (80 columns included) and
 never cut a rollout id or an error: the id is what ``relight show ID --store URL`` looks up.
 """
@@ -54,6 +55,8 @@ class DevResult:
     """``(from role, to role)`` in the order they happened."""
     call_errors: list[str] = field(default_factory=list[str])
     """Why each failed call failed, as the gateway recorded it."""
+    resources: dict[str, int | None] = field(default_factory=dict[str, int | None])
+    """Each resource the agent read: the resources version it came from, None where its default stood in."""
 
     @property
     def trainable_calls(self) -> int:
@@ -84,6 +87,26 @@ async def dev_result(store: Store, rollout: Rollout) -> DevResult:
             if span.kind is SpanKind.HANDOFF
         ],
         call_errors=[_call_error(span) for span in calls if span.status_code == "ERROR"],
+        resources=_resources_read(spans),
+    )
+
+
+def _resources_read(spans: Sequence[Span]) -> dict[str, int | None]:
+    """The resources an attempt read (see :mod:`relight.resources.reading`): name → version, None for the default."""
+    read: dict[str, int | None] = {}
+    for span in spans:
+        name = span.attributes.get(semconv.RESOURCE_NAME)
+        if span.kind is SpanKind.ANNOTATION and isinstance(name, str):
+            version = span.attributes.get(semconv.RESOURCES_VERSION)
+            published = span.attributes.get(semconv.RESOURCE_SOURCE) == "published" and isinstance(version, int)
+            read[name] = version if published and isinstance(version, int) else None
+    return read
+
+
+def _read(result: DevResult) -> str:
+    """``system_prompt v3, planner_prompt default``: what each resource read came from."""
+    return ", ".join(
+        f"{name} {'default' if version is None else f'v{version}'}" for name, version in result.resources.items()
     )
 
 
@@ -152,6 +175,8 @@ def dev_row(result: DevResult) -> Table:
     table.add_row("task", str(rollout.input))
     table.add_row("calls", f"{result.calls} ({_token_counts([result])})")
     table.add_row("agents", _agents(result))
+    if result.resources:
+        table.add_row("resources", _read(result))
     if errors := _errors(result):
         table.add_row("errors", f"[red]{errors}[/]")
     return table
@@ -181,6 +206,9 @@ def dev_table(results: Sequence[DevResult], *, store: str | None = None) -> Tabl
             _errors(result),
         )
     caption = [f"all {len(results)} tasks: {_token_counts(results)}"]
+    read = {read for result in results if (read := _read(result))}
+    if read:
+        caption.append("resources read: " + "; ".join(sorted(read)))
     if store is not None:
         caption.append(f"store: {store}  (relight show ROLLOUT --store {store})")
     table.caption = "\n".join(caption)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypedDict
+
+from pydantic import JsonValue
 
 from relight.errors import ConfigError
 from relight.gateway import Retokenizer
@@ -15,6 +18,9 @@ from relight.tracking import ExperimentLogger
 from relight.transitions.builder import TransitionBuilder
 
 __all__ = ["GatewayOptions", "TrainerOptions"]
+
+_RUN_ITEMS = frozenset({"model", "policy_version", "policy_versions", "relight.transitions", "relight.policy_metrics"})
+"""Resources items a run publishes itself (the model's name, policy versions, how calls become transitions)."""
 
 
 class GatewayOptions(TypedDict, total=False):
@@ -62,6 +68,7 @@ class TrainerOptions:
     loggers: tuple[ExperimentLogger | str, ...] | None = None
     """None: the trackers ``RELIGHT_LOGGERS`` names (see :mod:`relight.tracking`); ``()``: none."""
     group_rewards: tuple[GroupReward, ...] = ()
+    resources: Mapping[str, JsonValue] = field(default_factory=dict[str, JsonValue])
 
     def __post_init__(self) -> None:
         for name, value in (
@@ -73,5 +80,11 @@ class TrainerOptions:
                 raise ConfigError(f"{name} must be at least 1, got {value}")
         if self.max_staleness is not None and self.max_staleness < 0:
             raise ConfigError(f"max_staleness must be 0 or more, got {self.max_staleness}")
+        for name in self.resources:
+            if not name or name in _RUN_ITEMS:
+                raise ConfigError(
+                    f"resources cannot be named {name!r}: "
+                    + ("give each a name" if not name else "the run publishes that item itself")
+                )
         if self.group_timeout is not None and not self.group_timeout > 0:
             raise ConfigError(f"group_timeout must be a positive number of seconds or None, got {self.group_timeout}")

@@ -48,6 +48,7 @@ from relight.algorithm import Algorithm
 from relight.errors import ConfigError
 from relight.policies import Policy
 from relight.run_folders.snapshot import RUN_FILE, run_file_header
+from relight.training.search import SearchAlgorithm
 
 __all__ = ["CHECKPOINT_MANIFEST", "RUN_FILE", "Checkpoints", "ResumePoint", "RunIdentity", "RunRecord"]
 
@@ -81,7 +82,7 @@ class RunIdentity:
     def of(
         cls,
         agent: Agent,
-        algorithm: Algorithm,
+        algorithm: Algorithm | SearchAlgorithm,
         *,
         batch_size: int,
         n_samples: int,

@@ -16,6 +16,10 @@ Every ``fit`` writes a run folder (``run_dir``, ``runs/<date>-<time>`` by defaul
 :mod:`relight.training.run_folder`): metrics, summary, reward curve, checkpoints and, by default, the store.
 Progress shows as a live bar on a terminal and as plain lines in a log (:mod:`relight.training.progress`).
 
+An algorithm that improves the agent's prompts instead of its weights (relight-apo's ``APO``) is a
+:class:`relight.training.search.SearchAlgorithm`: ``fit`` sets up the same store, gateway, runners and
+run folder and lets it run its own search (see :mod:`relight.training.search`).
+
 A run killed before it finished is resumed by running the same ``fit`` with the same ``run_dir``
 again: from its last whole checkpoint, at the same place in the task stream, with the same
 metrics file (see :mod:`relight.training.resume`).
@@ -61,6 +65,7 @@ from relight.training.progress import RunProgress
 from relight.training.resume import Checkpoints, RunIdentity, RunRecord
 from relight.training.role_check import RoleCheck
 from relight.training.run_folder import RunFolder, default_run_dir
+from relight.training.search import SearchAlgorithm, SearchRun, publish_changed, restore_search
 from relight.training.sync_loop import SyncTraining
 from relight.transitions.builder import PolicyMap, TransitionBuilder, episode_return, last_attempt_spans
 from relight.transitions.run_config import POLICY_METRICS_ITEM, POLICY_VERSIONS_ITEM, TRANSITIONS_ITEM, describe
@@ -145,11 +150,14 @@ class Trainer:
         group_rewards: rewards that score each finished training group together before it is trained
             on, such as a judge model (:class:`relight.rewards.Judge`); their rewards add to the agent's
             own and their costs join each step's metrics (see :mod:`relight.rewards.group`).
+        resources: named resources the agent reads (``llm.resources``, :func:`relight.resource`; see
+            :mod:`relight.resources.reading`), such as the prompt a prompt optimisation found, published
+            with every version ``fit`` and ``dev`` run with, so each rollout records the one it read.
     """
 
     def __init__(
         self,
-        algorithm: Algorithm | None = None,
+        algorithm: Algorithm | SearchAlgorithm | None = None,
         *,
         store: Store | str | None = None,
         n_runners: int = 1,
@@ -179,6 +187,7 @@ class Trainer:
         dynamic_sampling: int = 0,
         loggers: Sequence[ExperimentLogger | str] | None = None,
         group_rewards: Sequence[GroupReward] = (),
+        resources: Mapping[str, JsonValue] | None = None,
     ) -> None:
         self.algorithm = algorithm
         self.options = TrainerOptions(
@@ -208,6 +217,7 @@ class Trainer:
             dynamic_sampling=dynamic_sampling,
             loggers=tuple(loggers) if loggers is not None else None,
             group_rewards=tuple(group_rewards),
+            resources=dict(resources or {}),
         )
         GroupRewards(self.options.group_rewards)  # distinct names, checked now rather than at the first step
         if algorithm is not None and self.policies is not None:
@@ -221,7 +231,7 @@ class Trainer:
         """The run's policies by name (see :mod:`relight.policies`); None for a run of one policy."""
         return self.options.transitions.policies
 
-    def _tell_policies(self, algorithm: Algorithm) -> None:
+    def _tell_policies(self, algorithm: Algorithm | SearchAlgorithm) -> None:
         """Hand the run's policies to the algorithm before it serves (and before a checkpoint is loaded)."""
         if self.policies is not None:
             _policy_setter(algorithm)(dict(self.policies))
@@ -251,11 +261,9 @@ class Trainer:
         dashboard: bool = False,
     ) -> list[dict[str, float]]:
         """:meth:`fit` on the running event loop."""
-        algorithm = self.algorithm
-        if algorithm is None:
-            raise ConfigError("fit() needs a Trainer(algorithm=...): relight-torch or relight-verl provide one")
-        if not train_dataset:
-            raise ConfigError("train_dataset is empty; fit() needs at least one task")
+        algorithm = self._fit_algorithm(train_dataset)
+        if isinstance(algorithm, SearchAlgorithm):
+            return await self._search(agent, algorithm, train_dataset, val_dataset or [], dashboard=dashboard)
         history: list[dict[str, float]] = []
         options = self.options
         trackers = LoggerSet(resolve_loggers(options.loggers))
@@ -335,6 +343,84 @@ class Trainer:
             self.progress.note(f"relight: run {ended}; metrics, summary and reward curve in {run.path}")
         return history
 
+    def _fit_algorithm(self, train_dataset: Sequence[JsonValue]) -> Algorithm | SearchAlgorithm:
+        """The algorithm ``fit`` runs; ConfigError when there is none or nothing to train on."""
+        if self.algorithm is None:
+            raise ConfigError("fit() needs a Trainer(algorithm=...): relight-torch or relight-verl provide one")
+        if not train_dataset:
+            raise ConfigError("train_dataset is empty; fit() needs at least one task")
+        return self.algorithm
+
+    async def _search(
+        self,
+        agent: Agent,
+        algorithm: SearchAlgorithm,
+        train_dataset: Sequence[JsonValue],
+        val_dataset: Sequence[JsonValue],
+        *,
+        dashboard: bool,
+    ) -> list[dict[str, float]]:
+        """:meth:`fit` of a search algorithm (see :mod:`relight.training.search`): the run folder, store, gateway
+        and runners of training, and the algorithm's own loop; returns the metrics of each step of its search."""
+        options = self.options
+        trackers = LoggerSet(resolve_loggers(options.loggers))
+        run = RunFolder(options.run_dir or default_run_dir(), loggers=trackers)
+        identity = RunIdentity.of(
+            agent,
+            algorithm,
+            batch_size=options.batch_size,
+            n_samples=options.n_samples,
+            epochs=options.epochs,
+            max_staleness=None,
+            tasks=train_dataset,
+        )
+        record = RunRecord.open(run.path, identity)
+        store_url = options.store if options.store is not None else run.store_url
+        for tracker, link in trackers.start(RunInfo(run.path.name, run.path, self._config(algorithm, store_url))):
+            self.progress.note(f"relight: {tracker} run at {link}")
+        self.progress.note(f"relight: run folder {run.path}  (store {_named(store_url)})")
+        restored = restore_search(run) if record.resumed else None
+        if record.resumed:
+            self.progress.note(
+                f"relight: resuming the search in {run.path} from step {restored.step if restored else 0}"
+            )
+        ended, summary = "failed", dict[str, JsonValue]()
+        try:
+            upstreams = await asyncio.to_thread(algorithm.upstreams)
+            async with (
+                self._loop(agent, upstreams, algorithm.model, store_url) as loop,
+                self._dashboard(loop.store, upstreams, dashboard),
+            ):
+
+                async def run_batch(requests: Sequence[RolloutRequest], label: str) -> list[Rollout]:
+                    return await self._run_batch(loop, requests, label)
+
+                search = SearchRun(
+                    store=loop.store,
+                    run_batch=run_batch,
+                    flush=loop.gateway.flush,
+                    folder=run,
+                    run_id=record.run_id,
+                    progress=self.progress,
+                    base_items={
+                        "model": algorithm.model,
+                        TRANSITIONS_ITEM: describe(options.transitions),
+                        **options.resources,
+                    },
+                    rewards=GroupRewards(options.group_rewards),
+                    restored=restored,
+                )
+                summary = dict(await algorithm.search(search, train_dataset, val_dataset))
+            ended = "finished"
+        finally:
+            run.write_summary({**summary, "status": ended, "store": _named(store_url)})
+            self.progress.note(f"relight: search {ended}; metrics, summary and reward curve in {run.path}")
+        return [
+            {key: float(value) for key, value in row.items() if key not in ("kind", "time")}
+            for row in run.rows
+            if row["kind"] == "train"
+        ]
+
     async def _resume(
         self, run: RunFolder, checkpoints: Checkpoints, algorithm: Algorithm
     ) -> tuple[Resume, list[dict[str, float]]]:
@@ -391,7 +477,7 @@ class Trainer:
         every = self.options.val_every
         return every is not None and step % every == 0
 
-    def _config(self, algorithm: Algorithm, store_url: Store | str) -> dict[str, JsonValue]:
+    def _config(self, algorithm: Algorithm | SearchAlgorithm, store_url: Store | str) -> dict[str, JsonValue]:
         """The run's settings as experiment trackers show them."""
         return {
             "algorithm": type(algorithm).__name__,
@@ -481,6 +567,7 @@ class Trainer:
             "model": algorithm.model,
             "policy_version": algorithm.policy_version,
             TRANSITIONS_ITEM: describe(self.options.transitions),
+            **self.options.resources,
             **algorithm.resources(),
         }
         versions = policy_versions(algorithm)
@@ -585,7 +672,11 @@ class Trainer:
         async with self._loop(
             agent, upstreams, model, store_url, gateway=gateway, timeout=limit, routed=routed
         ) as loop:
-            requests = [RolloutRequest(input=task, mode=Mode.VAL, max_attempts=1) for task in dataset]
+            fixed = await publish_changed(loop.store, self.options.resources) if self.options.resources else None
+            version = fixed.version if fixed is not None else None
+            requests = [
+                RolloutRequest(input=task, mode=Mode.VAL, max_attempts=1, resources_version=version) for task in dataset
+            ]
             rollouts = await loop.store.enqueue(requests)
             try:
                 async for finished in _as_finished(loop, rollouts):
@@ -627,7 +718,7 @@ class Trainer:
             async with Gateway(
                 store,
                 upstreams,
-                policy_version=self.algorithm.policy_version if self.algorithm is not None else None,
+                policy_version=_served_version(self.algorithm),
                 policies=self.policies if routed else None,
                 model=model,
                 **(gateway if gateway is not None else self.options.gateway),
@@ -722,7 +813,7 @@ def _with_policies(builder: TransitionBuilder, policies: PolicyMap | None) -> Tr
     return builder if policies is None else builder.with_policies(policies)
 
 
-def _policy_setter(algorithm: Algorithm) -> Callable[[dict[str, Policy]], object]:
+def _policy_setter(algorithm: Algorithm | SearchAlgorithm) -> Callable[[dict[str, Policy]], object]:
     """The algorithm's ``set_policies``. Raises TypeError naming the algorithm when it has none."""
     setter = getattr(algorithm, "set_policies", None)
     if not callable(setter):
@@ -732,6 +823,11 @@ def _policy_setter(algorithm: Algorithm) -> Callable[[dict[str, Policy]], object
             "algorithm that trains one per role"
         )
     return cast(Callable[[dict[str, Policy]], object], setter)
+
+
+def _served_version(algorithm: Algorithm | SearchAlgorithm | None) -> int | None:
+    """The policy version the gateway stamps on calls: the trained policy's; none when no weights are trained."""
+    return None if algorithm is None or isinstance(algorithm, SearchAlgorithm) else algorithm.policy_version
 
 
 def _last_step(run: RunFolder) -> int:
