@@ -62,6 +62,16 @@ def relight_register_loggers(register: Callable[[str, Callable[..., Any]], None]
 
 
 @hookspec
+def relight_register_algorithms(register: Callable[[str, Callable[..., Any]], None]) -> None:
+    """Register algorithms by name (``"apo"``), for ``relight.plugins.registry("algorithms").make(name, ...)``.
+
+    The factory takes keyword options and returns what ``relight.Trainer(algorithm=...)`` fits: a
+    :class:`relight.Algorithm` (it trains weights) or a :class:`relight.training.search.SearchAlgorithm`
+    (it improves the resources the agent reads, such as its prompts).
+    """
+
+
+@hookspec
 def relight_register_group_rewards(register: Callable[[str, Callable[..., Any]], None]) -> None:
     """Register group rewards by name (``"judge"``); the factory returns a ``relight.rewards.GroupReward``.
 

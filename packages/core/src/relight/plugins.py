@@ -106,7 +106,8 @@ def _load_entry_points(manager: pluggy.PluginManager) -> None:
 
 
 def registry(kind: str) -> Registry:
-    """The registry of ``kind``: ``stores``, ``adapters``, ``credit_assigners``, ``loggers`` or ``group_rewards``."""
+    """The registry of ``kind``: ``stores``, ``adapters``, ``credit_assigners``, ``loggers``, ``group_rewards``
+    or ``algorithms``."""
     with _lock:
         if kind not in _registries:
             hook = getattr(plugin_manager().hook, f"relight_register_{kind}", None)

@@ -41,6 +41,7 @@ from pydantic import JsonValue
 
 from relight.algorithm import UpstreamTarget
 from relight.errors import NotFoundError
+from relight.gateway import Upstream
 from relight.records import Resources, Rollout, RolloutRequest, RolloutStatus
 from relight.rewards.group import GroupRewards
 from relight.store import Store
@@ -65,8 +66,9 @@ class SearchAlgorithm(Protocol):
         """The model name agents put in their requests; ``llm.model`` carries it to the agent."""
         ...
 
-    def upstreams(self) -> Sequence[UpstreamTarget]:
-        """Where the agent's model is served: the gateway forwards every call there (called on a worker thread)."""
+    def upstreams(self) -> Sequence[UpstreamTarget | Upstream]:
+        """Where the agent's model is served (any OpenAI-compatible endpoint: an ``OpenAIUpstream`` with its key);
+        the gateway forwards every call there. Called on a worker thread."""
         ...
 
     async def search(
