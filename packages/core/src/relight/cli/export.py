@@ -1,4 +1,7 @@
-"""``relight export``: a store's finished rollouts as transitions or SFT conversations in JSONL.
+"""``relight export``: a store's finished rollouts as transitions or SFT conversations in JSONL, or its best prompt.
+
+``--format prompt`` writes the prompts a prompt optimisation run chose (or ``--prompt-version N``) as one
+JSON object, to keep them fixed in a later run: ``Trainer(resources=json.load(open(path)))``.
 
 Rollouts imported from OpenTelemetry traces (``relight otlp serve``) carry text, not token ids:
 ``--tokenizer`` retokenizes them with the policy's chat template (see :mod:`relight.otlp.transitions`).
@@ -12,13 +15,16 @@ import sys
 from collections.abc import Iterable
 from typing import IO
 
+from pydantic import JsonValue
 from rich.console import Console
 
 from relight.cli._common import AddCommand, add_store_option, with_store
 from relight.cli._verdicts import add_builder_options, builder_for, left_out, training_summary
+from relight.errors import NotFoundError
 from relight.otlp.importer import SOURCE
 from relight.otlp.transitions import ImportedRollout, TemplateRetokenizer, chat_records, explain_imported
 from relight.records import Mode, Rollout, Transition
+from relight.resources.prompts import PROMPT_ITEM, exported_prompts
 from relight.store import Store
 from relight.transitions.builder import TransitionBuilder, episode_return, last_attempt_spans, write_jsonl
 from relight.transitions.verdicts import Reason, RolloutVerdict
@@ -38,9 +44,13 @@ def register(add_command: AddCommand) -> None:
     parser.add_argument("--out", "-o", metavar="PATH", default="-", help="the JSONL file (default: standard output)")
     parser.add_argument(
         "--format",
-        choices=["transitions", "chat"],
+        choices=["transitions", "chat", "prompt"],
         default="transitions",
-        help="transitions (token ids) or chat (OpenAI messages, as relight-torch's SFT reads them)",
+        help="transitions (token ids), chat (OpenAI messages, as relight-torch's SFT reads them) or prompt (the best "
+        "prompt version of a prompt optimisation run, one JSON object)",
+    )
+    parser.add_argument(
+        "--prompt-version", type=int, metavar="N", help="with --format prompt: this prompt version instead of the best"
     )
     parser.add_argument("--mode", choices=[m.value for m in Mode], help="only train or only val rollouts")
     parser.add_argument("--credit", default="identical", help="credit assigner: identical, discounted, per_step, air")
@@ -59,6 +69,8 @@ def register(add_command: AddCommand) -> None:
 
 
 def export(args: argparse.Namespace) -> int:
+    if args.format == "prompt":
+        return export_prompt(args)
     options = {} if args.gamma is None else {"gamma": args.gamma}
     retokenizer = TemplateRetokenizer.for_model(args.tokenizer) if args.tokenizer else None
 
@@ -124,6 +136,28 @@ def _explain_inexact(console: Console, verdicts: Iterable[RolloutVerdict], examp
         console.print(
             f"  … and {len(seen) - examples} other reason(s); relight show ROLLOUT_ID says each", highlight=False
         )
+
+
+def export_prompt(args: argparse.Namespace) -> int:
+    """The best prompt version (or ``--prompt-version``) as one JSON object of resources."""
+
+    async def read(store: Store) -> dict[str, JsonValue] | None:
+        return await exported_prompts(store, args.prompt_version)
+
+    found = with_store(args, read)
+    if found is None:
+        which = f"prompt version {args.prompt_version}" if args.prompt_version is not None else "best prompt version"
+        raise NotFoundError(f"the store holds no {which}: it holds no run of prompt optimisation that chose one")
+    text = json.dumps(found, ensure_ascii=False, indent=2) + "\n"
+    if args.out == "-":
+        sys.stdout.write(text)
+    else:
+        with open(args.out, "w", encoding="utf-8") as file:
+            file.write(text)
+    lineage = found.get(PROMPT_ITEM)
+    version = lineage.get("version") if isinstance(lineage, dict) else None
+    Console(stderr=True).print(f"wrote prompt version {version}", highlight=False)
+    return 0
 
 
 async def _explain(store: Store, builder: TransitionBuilder, rollout: Rollout) -> ImportedRollout:

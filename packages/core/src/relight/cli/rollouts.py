@@ -1,4 +1,5 @@
-"""``relight rollouts`` lists a store's rollouts; ``relight show`` draws one rollout's attempts and spans."""
+"""``relight rollouts`` lists a store's rollouts; ``relight show`` draws one rollout's attempts and spans (or, with
+``--prompts``, a run's prompt versions: :mod:`relight.cli.prompts`)."""
 
 from __future__ import annotations
 
@@ -22,9 +23,12 @@ from relight.cli._common import (
 )
 from relight.cli._verdicts import add_builder_options, builder_for, verdict_tree
 from relight.cli.conversation import print_conversations
+from relight.cli.prompts import show_prompts
+from relight.errors import ConfigError, NotFoundError
 from relight.otlp.importer import SOURCE
 from relight.otlp.transitions import prepare_spans
-from relight.records import Attempt, Mode, Rollout, RolloutStatus, Span, SpanKind
+from relight.records import Attempt, Mode, Resources, Rollout, RolloutStatus, Span, SpanKind
+from relight.resources.prompts import PROMPT_ITEM, prompt_of
 from relight.store import Store
 from relight.summaries import SummaryFilter
 from relight.transitions.builder import TransitionBuilder, episode_return, last_attempt_spans
@@ -48,12 +52,17 @@ def register(add_command: AddCommand) -> None:
 
     show = add_command(
         "show",
-        help="draw one rollout's attempts and spans as a tree",
-        description="Draw a rollout: each attempt, and under it the attempt's spans nested by parent, with their "
-        "kind, role, reward and token counts; then each LLM call with the reason it was or was not trained "
-        "(judged with the role filter the run published; --role judges with another).",
+        help="draw one rollout's attempts and spans as a tree, or a run's prompt versions",
+        description="Draw a rollout: the resources version it ran with (its prompt and policy versions), each "
+        "attempt, and under it the attempt's spans nested by parent, with their kind, role, reward and token "
+        "counts; then each LLM call with the reason it was or was not trained (judged with the role filter the "
+        "run published; --role judges with another). With --prompts instead of a rollout: every prompt version "
+        "of a prompt optimisation run, its parent, validation reward and diff.",
     )
-    show.add_argument("rollout_id", metavar="ROLLOUT_ID")
+    show.add_argument("rollout_id", metavar="ROLLOUT_ID", nargs="?")
+    show.add_argument(
+        "--prompts", action="store_true", help="the run's prompt versions: parent, validation reward, diff"
+    )
     add_store_option(show)
     add_builder_options(show)
     add_json_option(show)
@@ -103,12 +112,17 @@ def list_rollouts(args: argparse.Namespace) -> int:
 
 
 def show_rollout(args: argparse.Namespace) -> int:
-    async def read(store: Store) -> tuple[Rollout, list[Attempt], list[Span], TransitionBuilder]:
+    if args.prompts:
+        return show_prompts(args)
+    if args.rollout_id is None:
+        raise ConfigError("relight show needs a ROLLOUT_ID, or --prompts for a run's prompt versions")
+
+    async def read(store: Store) -> tuple[Rollout, list[Attempt], list[Span], TransitionBuilder, Resources | None]:
         rollout = await store.get_rollout(args.rollout_id)
         attempts, spans = await store.list_attempts(rollout.rollout_id), await store.query_spans(rollout.rollout_id)
-        return rollout, attempts, spans, await builder_for(store, args)
+        return rollout, attempts, spans, await builder_for(store, args), await _resources(store, rollout)
 
-    rollout, attempts, spans, builder = with_store(args, read)
+    rollout, attempts, spans, builder, resources = with_store(args, read)
     judged = prepare_spans(spans, None) if rollout.metadata.get("source") == SOURCE else spans
     if args.json:
         print_json(
@@ -123,9 +137,36 @@ def show_rollout(args: argparse.Namespace) -> int:
     if args.text:
         print_conversations(console, attempts, judged)
     else:
-        console.print(rollout_tree(rollout, attempts, spans, full=not console.is_terminal))
+        tree = rollout_tree(rollout, attempts, spans, full=not console.is_terminal)
+        if resources is not None:
+            tree.children.insert(1, Tree(f"[dim]resources[/] {versions_label(resources)}"))
+        console.print(tree)
     console.print(verdict_tree(builder.explain_spans(rollout, attempts, judged)))
     return 0
+
+
+async def _resources(store: Store, rollout: Rollout) -> Resources | None:
+    """The resources version the rollout was pinned to; None when it was pinned to none (or the store lost it)."""
+    if rollout.resources_version is None:
+        return None
+    try:
+        return await store.get_resources(rollout.resources_version)
+    except NotFoundError:
+        return None
+
+
+def versions_label(resources: Resources) -> str:
+    """``v5: policy version 2, prompt version 3 (system_prompt)``: what the rollout ran with."""
+    parts: list[str] = []
+    if isinstance(policy := resources.items.get("policy_version"), int):
+        parts.append(f"policy version {policy}")
+    prompt = prompt_of(resources)
+    if prompt is not None:
+        item = resources.items[PROMPT_ITEM]
+        names = item.get("names") if isinstance(item, dict) else None
+        shown = f" ({', '.join(map(str, names))})" if isinstance(names, list) else ""
+        parts.append(f"prompt version {prompt}{shown}")
+    return f"v{resources.version}" + (": " + ", ".join(parts) if parts else "")
 
 
 def rollout_tree(rollout: Rollout, attempts: list[Attempt], spans: list[Span], *, full: bool = False) -> Tree:

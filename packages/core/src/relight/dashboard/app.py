@@ -2,8 +2,9 @@
 
 - ``GET /`` the single page (runs, rollouts, one rollout), ``/static/...`` its script, style and
   the vendored uPlot charting library: nothing is fetched from elsewhere and nothing is built.
-- ``GET /api/overview``, ``/api/curves``, ``/api/rollouts`` (filtered, paged by keyset cursors
-  ``before``/``after`` or by ``offset``),
+- ``GET /api/overview``, ``/api/curves``, ``/api/prompts`` (a prompt optimisation run's prompt versions,
+  each with its parent, validation reward, critique and diff), ``/api/rollouts`` (filtered, paged by
+  keyset cursors ``before``/``after`` or by ``offset``),
   ``/api/rollouts/{id}`` and ``/api/events`` (server-sent events: one ``change`` whenever the
   catalog or the compared run folders move, so the page refetches without a reload).
 - ``GET /api/runs``: the compared run folders (:mod:`relight.dashboard.compared`), when it was given some.
@@ -22,6 +23,7 @@ import json
 import logging
 import re
 from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -39,7 +41,8 @@ from relight.dashboard.compared import ComparedRuns
 from relight.dashboard.detail import Decoder, rollout_detail
 from relight.dashboard.reasons import both, reason_filter
 from relight.errors import NotFoundError, RelightError
-from relight.records import Mode, RolloutStatus
+from relight.records import Mode, Resources, RolloutStatus
+from relight.resources.prompts import prompt_diff, prompt_versions
 from relight.stores.http._wire import status_of
 from relight.summaries import SummaryFilter
 from relight.transitions.builder import TransitionBuilder
@@ -152,6 +155,12 @@ def create_app(
         catalog = store_catalog()
         return JSONResponse({"points": catalog.curves(), "version": catalog.version})
 
+    prompt_rows = _PromptVersions()
+
+    async def prompts(request: Request) -> Response:
+        catalog = store_catalog()
+        return JSONResponse({"versions": await prompt_rows.rows(catalog), "version": catalog.version})
+
     async def rollouts(request: Request) -> Response:
         catalog = store_catalog()
         query = ListQuery.model_validate(dict(request.query_params))
@@ -184,6 +193,7 @@ def create_app(
             Route("/", index),
             Route("/api/overview", overview),
             Route("/api/curves", curves),
+            Route("/api/prompts", prompts),
             Route("/api/rollouts", rollouts),
             Route("/api/rollouts/{rollout_id:path}", rollout),
             Route("/api/events", events),
@@ -303,6 +313,33 @@ class _TokenGuard:
             await send(message)
 
         await self.app(scope, receive, send_with_cookie)
+
+
+class _PromptVersions:
+    """A prompt optimisation run's prompt versions as the page shows them, read again only when the store has moved."""
+
+    def __init__(self) -> None:
+        self._read: dict[int, Resources] = {}
+        """Resources versions read so far (a version never changes)."""
+        self._rows: tuple[int, list[dict[str, object]]] = (-1, [])
+
+    async def rows(self, catalog: Catalog) -> list[dict[str, object]]:
+        """Each version of ``catalog``'s store, its fields and its diff against its parent."""
+        if self._rows[0] != catalog.version:
+            at = catalog.version
+            versions = await prompt_versions(catalog.store, read=self._read)
+            by_number = {version.version: version for version in versions}
+            rows: list[dict[str, object]] = [
+                {
+                    **asdict(version),
+                    "diff": prompt_diff(parent.prompts, version.prompts)
+                    if (parent := by_number.get(version.parent if version.parent is not None else -1))
+                    else None,
+                }
+                for version in versions
+            ]
+            self._rows = (at, rows)
+        return self._rows[1]
 
 
 def _described_roles(builder: TransitionBuilder) -> str | list[str] | None:

@@ -35,7 +35,15 @@ from relight.records import Mode, Resources, RolloutStatus
 from relight.store import Store
 from relight.summaries import SummaryFilter
 
-__all__ = ["PROMPT_ITEM", "PromptVersion", "best_prompts", "prompt_diff", "prompt_of", "prompt_versions"]
+__all__ = [
+    "PROMPT_ITEM",
+    "PromptVersion",
+    "best_prompts",
+    "exported_prompts",
+    "prompt_diff",
+    "prompt_of",
+    "prompt_versions",
+]
 
 PROMPT_ITEM = "relight.prompt"
 
@@ -73,18 +81,24 @@ def prompt_of(resources: Resources) -> int | None:
     return republished if isinstance(republished, int) else resources.version
 
 
-async def prompt_versions(store: Store) -> list[PromptVersion]:
-    """Every prompt version in ``store``, oldest first, with its validation reward (empty when there are none)."""
+async def prompt_versions(store: Store, *, read: dict[int, Resources] | None = None) -> list[PromptVersion]:
+    """Every prompt version in ``store``, oldest first, with its validation reward (empty when there are none).
+
+    ``read`` keeps the resources versions read, for a caller that asks again (a version never changes).
+    """
+    read = {} if read is None else read
     try:
         latest = (await store.get_resources()).version
     except NotFoundError:
         return []
     found: dict[int, PromptVersion] = {}
     for number in range(latest + 1):
-        try:
-            resources = await store.get_resources(number)
-        except NotFoundError:
-            continue
+        if number not in read:
+            try:
+                read[number] = await store.get_resources(number)
+            except NotFoundError:
+                continue
+        resources = read[number]
         version = prompt_of(resources)
         if version is None:
             continue
@@ -93,8 +107,11 @@ async def prompt_versions(store: Store) -> list[PromptVersion]:
         selected = item.get("selected")
         rounds = (*known.selected, _int(selected.get("round"))) if isinstance(selected, dict) else known.selected
         found[version] = replace(known, selected=rounds, published=(*known.published, number))
+    if not found:
+        return []
+    returns = await _val_returns(store)
     for version, known in found.items():
-        rewards = await _val_returns(store, known.published)
+        rewards = [value for number in known.published for value in returns.get(number, [])]
         mean = statistics.fmean(rewards) if rewards else None
         found[version] = replace(known, val_reward=mean, val_rollouts=len(rewards))
     return [found[version] for version in sorted(found)]
@@ -115,6 +132,28 @@ async def best_prompts(store: Store) -> Resources | None:
         if isinstance(item, dict) and "selected" in item:
             return resources
     return None
+
+
+async def exported_prompts(store: Store, version: int | None = None) -> dict[str, JsonValue] | None:
+    """Prompt version ``version`` (by default the best: the latest published as ``selected``) as resources to keep
+    fixed in a later run (``Trainer(resources=...)``): each prompt by its name, and :data:`PROMPT_ITEM` naming the
+    version. None when the store holds no such version."""
+    if version is None:
+        chosen = await best_prompts(store)
+        version = prompt_of(chosen) if chosen is not None else None
+        if version is None:
+            return None
+    found = next((known for known in await prompt_versions(store) if known.version == version), None)
+    if found is None:
+        return None
+    lineage: dict[str, JsonValue] = {
+        "names": list(found.prompts),
+        "version": found.version,
+        "parent": found.parent,
+        "round": found.round,
+        "edited": found.edited,
+    }
+    return {**found.prompts, PROMPT_ITEM: lineage}
 
 
 def prompt_diff(before: Mapping[str, str], after: Mapping[str, str]) -> str:
@@ -152,20 +191,20 @@ def _int(value: JsonValue) -> int:
     return value if isinstance(value, int) else 0
 
 
-async def _val_returns(store: Store, versions: tuple[int, ...]) -> list[float]:
-    """The returns of the finished validation rollouts pinned to any of ``versions`` (0 for a failed one, or a
-    succeeded one without a reward)."""
-    returns: list[float] = []
-    for version in versions:
-        offset = 0
-        while True:
-            where = SummaryFilter(mode=Mode.VAL, policy_version=version)
-            page = await store.list_summaries(where, limit=_PAGE, offset=offset)
-            for summary in page.rows:
-                if summary.rollout.is_finished and summary.rollout.status is not RolloutStatus.CANCELLED:
-                    succeeded = summary.rollout.status is RolloutStatus.SUCCEEDED
-                    returns.append((summary.reward or 0.0) if succeeded else 0.0)
-            offset += len(page.rows)
-            if len(page.rows) < _PAGE:
-                break
-    return returns
+async def _val_returns(store: Store) -> dict[int, list[float]]:
+    """By resources version, the returns of its finished validation rollouts (0 for a failed one, or a succeeded one
+    without a reward), read in one pass over the validation summaries."""
+    returns: dict[int, list[float]] = {}
+    offset = 0
+    while True:
+        page = await store.list_summaries(SummaryFilter(mode=Mode.VAL), limit=_PAGE, offset=offset)
+        for summary in page.rows:
+            rollout = summary.rollout
+            if rollout.resources_version is None or not rollout.is_finished:
+                continue
+            if rollout.status is not RolloutStatus.CANCELLED:
+                succeeded = rollout.status is RolloutStatus.SUCCEEDED
+                returns.setdefault(rollout.resources_version, []).append((summary.reward or 0.0) if succeeded else 0.0)
+        offset += len(page.rows)
+        if len(page.rows) < _PAGE:
+            return returns

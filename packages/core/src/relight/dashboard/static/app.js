@@ -81,6 +81,7 @@ async function runsView() {
     el("h2", { text: "By policy version" }),
     el("table", { id: "versions", "data-testid": "versions" }),
     el("div", { id: "policies" }),
+    el("div", { id: "prompts" }),
   );
   for (const key of Object.keys(charts)) delete charts[key];
   refresh = drawRuns;
@@ -129,6 +130,32 @@ async function drawRuns() {
       ...(p.retried_attempts ? [`and the calls of ${p.retried_attempts} retried attempt(s)`] : [])].join(", ") || "–" })));
   document.getElementById("versions").replaceChildren(el("thead", {}, head), el("tbody", {}, rows));
   drawPolicies(points, policyNames);
+  await drawPrompts();
+}
+
+// A prompt optimisation run (relight-apo): each prompt version, its parent, validation reward, critique and diff.
+async function drawPrompts() {
+  const holder = document.getElementById("prompts");
+  const versions = (await api("api/prompts")).versions;
+  if (!versions.length) {
+    holder.replaceChildren();
+    return;
+  }
+  const head = el("tr", {}, ["version", "parent", "round", "edited", "val reward", "val rollouts",
+    "best after round"].map((h) => el("th", { text: h })));
+  const rows = versions.map((v) => el("tr", { "data-prompt-version": v.version },
+    el("td", {}, el("a", { href: `#/rollouts?policy_version=${v.version}`, text: `v${v.version}` })),
+    el("td", { text: v.parent === null ? "seed" : `v${v.parent}` }), el("td", { text: v.round }),
+    el("td", { text: v.edited || "–" }), el("td", { text: fmt(v.val_reward) }), el("td", { text: v.val_rollouts }),
+    el("td", { text: v.selected.join(", ") || "–" })));
+  const diffs = versions.filter((v) => v.diff).map((v) => el("details", { class: "call", "data-diff": v.version },
+    el("summary", { text: `v${v.version} from v${v.parent} (round ${v.round}): ${v.edited}` }),
+    v.critique ? el("p", { class: "facts", text: `critique: ${v.critique}` }) : null,
+    el("pre", {}, v.diff.split("\n").map((line) => el("span", {
+      class: line.startsWith("+") ? "add" : line.startsWith("-") ? "del" : "ctx", text: `${line}\n` })))));
+  holder.replaceChildren(el("h2", { text: "Prompt versions" }),
+    el("table", { id: "prompt-table", "data-testid": "prompts" }, el("thead", {}, head), el("tbody", {}, rows)),
+    ...diffs);
 }
 
 function drawPolicies(points, names) {
