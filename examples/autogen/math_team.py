@@ -3,7 +3,9 @@
 A team of two ``AssistantAgent``s answers an arithmetic question: the ``solver`` works it out with a
 calculator tool, the ``reviewer`` approves. The same solver also runs alone. The only
 relight-specific lines are ``relight.instrument("autogen")``, the model client's
-``base_url``/``api_key``/``model`` taken from the ``llm`` handle, and the returned reward.
+``base_url``/``api_key``/``model`` taken from the ``llm`` handle, the returned reward, and each agent's
+system message read as a resource (``relight.resource("solver_prompt", default=SOLVER_PROMPT)``), for
+prompt optimisation (relight-apo) to improve.
 
 Run both in dev mode (no training) against a scripted model on 127.0.0.1, or any OpenAI-compatible
 endpoint::
@@ -62,7 +64,7 @@ def solver(client: OpenAIChatCompletionClient, *, stream: bool = False) -> Assis
         "solver",
         model_client=client,
         tools=[calculator],
-        system_message=SOLVER_PROMPT,
+        system_message=relight.resource("solver_prompt", default=SOLVER_PROMPT),  # what prompt optimisation edits
         reflect_on_tool_use=True,
         model_client_stream=stream,
     )
@@ -71,7 +73,10 @@ def solver(client: OpenAIChatCompletionClient, *, stream: bool = False) -> Assis
 def team(client: OpenAIChatCompletionClient, *, stream: bool = False) -> RoundRobinGroupChat:
     """solver then reviewer, until the reviewer approves."""
     reviewer = AssistantAgent(
-        "reviewer", model_client=client, system_message=REVIEWER_PROMPT, model_client_stream=stream
+        "reviewer",
+        model_client=client,
+        system_message=relight.resource("reviewer_prompt", default=REVIEWER_PROMPT),
+        model_client_stream=stream,
     )
     done = TextMentionTermination("APPROVED") | MaxMessageTermination(8)
     return RoundRobinGroupChat([solver(client, stream=stream), reviewer], termination_condition=done)

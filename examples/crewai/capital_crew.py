@@ -2,7 +2,9 @@
 
 Two agents work one task after the other: a ``Researcher`` finds the country's capital with a
 lookup tool, then a ``Writer`` states it as ``Answer: <city>``. The only relight-specific lines are
-``relight.instrument("crewai")``, the ``LLM`` built from the ``llm`` handle, and the returned reward.
+``relight.instrument("crewai")``, the ``LLM`` built from the ``llm`` handle, the returned reward, and
+each agent's backstory read as a resource (``relight.resource("researcher_backstory", default=...)``), for
+prompt optimisation to improve.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from crewai.tools import tool
 import relight
 from relight.scripted import Reply, ScriptRequest, ToolCall, run_dev_example
 
+RESEARCHER_BACKSTORY = "You look facts up instead of guessing."
+WRITER_BACKSTORY = "You write one precise line."
 CAPITALS = {"France": "Paris", "Norway": "Oslo", "Peru": "Lima", "Egypt": "Cairo", "Ireland": "Dublin"}
 
 
@@ -37,7 +41,9 @@ def researcher(model: LLM) -> Agent:
     return Agent(
         role="Researcher",
         goal="Find the facts a question needs, using your tools.",
-        backstory="You look facts up instead of guessing.",
+        backstory=relight.resource(
+            "researcher_backstory", default=RESEARCHER_BACKSTORY
+        ),  # what prompt optimisation edits
         llm=model,
         tools=[capital_of],
     )
@@ -48,7 +54,7 @@ def writer(model: LLM) -> Agent:
     return Agent(
         role="Writer",
         goal="State the answer in the form 'Answer: <city>'.",
-        backstory="You write one precise line.",
+        backstory=relight.resource("writer_backstory", default=WRITER_BACKSTORY),
         llm=model,
     )
 

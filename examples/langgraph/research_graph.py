@@ -3,7 +3,9 @@
 Three roles answer an arithmetic question: a ``planner`` node, a ``researcher`` subgraph (LangGraph's
 prebuilt ReAct agent with a calculator tool, whose LLM node is the role ``researcher/agent``) and a
 ``writer`` node. The only relight-specific lines are ``relight.instrument("langgraph")``, the model's
-``base_url``/``api_key``/``model`` taken from the ``llm`` handle, and the returned reward.
+``base_url``/``api_key``/``model`` taken from the ``llm`` handle, the returned reward, and each role's
+prompt read as a resource (``relight.resource("planner_prompt", default=PLANNER_PROMPT)``), so a prompt
+optimisation (relight-apo) can improve it without touching the graph.
 
 Run it in dev mode (no training) against a scripted model on 127.0.0.1, or any OpenAI-compatible
 endpoint::
@@ -60,14 +62,17 @@ def build_graph(model: ChatOpenAI) -> CompiledStateGraph[Any]:
     """planner → researcher (ReAct subgraph with the calculator) → writer."""
 
     def planner(state: MessagesState) -> dict[str, Any]:
-        return {"messages": [model.invoke([SystemMessage(PLANNER_PROMPT), *state["messages"]])]}
+        prompt = relight.resource("planner_prompt", default=PLANNER_PROMPT)
+        return {"messages": [model.invoke([SystemMessage(prompt), *state["messages"]])]}
 
     def writer(state: MessagesState) -> dict[str, Any]:
-        return {"messages": [model.invoke([SystemMessage(WRITER_PROMPT), *state["messages"]])]}
+        prompt = relight.resource("writer_prompt", default=WRITER_PROMPT)
+        return {"messages": [model.invoke([SystemMessage(prompt), *state["messages"]])]}
 
     graph = StateGraph(MessagesState)
     graph.add_node("planner", planner)
-    graph.add_node("researcher", create_react_agent(model, [calculator], prompt=RESEARCHER_PROMPT))
+    researcher_prompt = relight.resource("researcher_prompt", default=RESEARCHER_PROMPT)
+    graph.add_node("researcher", create_react_agent(model, [calculator], prompt=researcher_prompt))
     graph.add_node("writer", writer)
     graph.add_edge(START, "planner")
     graph.add_edge("planner", "researcher")

@@ -4,7 +4,8 @@ A ``triage`` agent hands weather questions off to a ``forecaster``, which looks 
 tool and answers. The triage agent calls the model through the Responses API and the forecaster
 through Chat Completions, both at relight's gateway: either API is recorded. The only
 relight-specific lines are ``relight.instrument("openai_agents")``, the client built from the
-``llm`` handle, and the returned reward.
+``llm`` handle, the returned reward, and each agent's instructions read as a resource
+(``relight.resource("forecaster_prompt", default=FORECASTER_PROMPT)``), for prompt optimisation to improve.
 """
 
 from __future__ import annotations
@@ -42,13 +43,13 @@ def build_agents(client: AsyncOpenAI, model: str) -> Agent[Any]:
     """triage (Responses API) → forecaster (Chat Completions, with the forecast tool)."""
     forecaster = Agent(
         name="forecaster",
-        instructions=FORECASTER_PROMPT,
+        instructions=relight.resource("forecaster_prompt", default=FORECASTER_PROMPT),  # what prompt optimisation edits
         model=OpenAIChatCompletionsModel(model=model, openai_client=client),
         tools=[get_forecast],
     )
     return Agent(
         name="triage",
-        instructions=TRIAGE_PROMPT,
+        instructions=relight.resource("triage_prompt", default=TRIAGE_PROMPT),
         model=OpenAIResponsesModel(model=model, openai_client=client),
         handoffs=[forecaster],
     )

@@ -13,3 +13,18 @@ def test_the_readme_command_runs_both_agents_on_every_task_with_full_reward(tmp_
     rows = run_example(EXAMPLE, cwd=tmp_path)
     assert len(rows) == 6, rows  # the team, then the lone solver
     assert all("succeeded" in row and "1.000" in row for row in rows), rows
+
+
+async def test_the_solver_reads_its_published_system_message_and_its_default_without_one() -> None:
+    from relight_testing.examples import load_example
+    from relight_testing.resources import check_published_prompt_is_used
+
+    example = load_example(EXAMPLE)
+    await check_published_prompt_is_used(
+        example.solve_with_team,
+        example.TASKS[0],
+        script=example.scripted_model,
+        name="solver_prompt",
+        published="You are the solver. Always use the calculator, then reply 'Answer: <number>'.",
+        default=example.SOLVER_PROMPT,
+    )

@@ -176,7 +176,7 @@ def dev_row(result: DevResult) -> Table:
     table.add_row("calls", f"{result.calls} ({_token_counts([result])})")
     table.add_row("agents", _agents(result))
     if result.resources:
-        table.add_row("resources", _read(result))
+        table.add_row("reads", _read(result))  # the resources it read; a label no longer than "rollout"
     if errors := _errors(result):
         table.add_row("errors", f"[red]{errors}[/]")
     return table
