@@ -4,7 +4,8 @@ One ``AssistantAgent``, the ``solver``, reads an arithmetic word problem, calls 
 tool for each step (up to three rounds) and ends with ``Answer: <number>``. The reward is 1.0 when
 that number is the problem's result. Everything below is ordinary AutoGen; the relight-specific
 lines are ``relight.instrument("autogen")``, the model client's ``base_url``/``api_key``/``model``
-taken from the ``llm`` handle, and the returned reward.
+taken from the ``llm`` handle, the returned reward, and the solver's system prompt read as a resource
+(``relight.resource``), which prompt optimisation improves (README.md: APO, then RL).
 
 Commands (see README.md)::
 
@@ -82,7 +83,7 @@ def build_solver(client: OpenAIChatCompletionClient) -> AssistantAgent:
         "solver",
         model_client=client,
         tools=[calculator],
-        system_message=SYSTEM_PROMPT,
+        system_message=relight.resource("system_prompt", default=SYSTEM_PROMPT),  # prompt optimisation edits it
         max_tool_iterations=MAX_TOOL_ROUNDS + 1,
         reflect_on_tool_use=False,
     )

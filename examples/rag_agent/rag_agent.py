@@ -4,7 +4,8 @@ One ``Agent``, the ``researcher``, answers a two-hop question by calling its ``s
 over the task's corpus) as often as it needs, then replies ``Answer: <answer>``. The reward is the
 token F1 of that answer against the gold answer (MuSiQue's metric; exact match is F1 = 1).
 The relight-specific lines are ``relight.instrument("openai_agents")``, the client built from the
-``llm`` handle, and the returned reward.
+``llm`` handle, the returned reward, and the researcher's instructions read as a resource
+(``relight.resource``), which prompt optimisation improves.
 
 Commands (see README.md)::
 
@@ -56,7 +57,7 @@ def search_tool(corpus: str) -> FunctionTool:
 def build_researcher(client: AsyncOpenAI, model: str, corpus: str, *, temperature: float = 1.0) -> Agent[Any]:
     return Agent(
         name="researcher",
-        instructions=INSTRUCTIONS,
+        instructions=relight.resource("system_prompt", default=INSTRUCTIONS),  # prompt optimisation edits it
         model=OpenAIChatCompletionsModel(model=model, openai_client=client),
         model_settings=ModelSettings(temperature=temperature, max_tokens=48),
         tools=[search_tool(corpus)],
