@@ -24,6 +24,7 @@ TOP_LEVEL = {
     "relight_crewai": "packages/adapter-crewai/src/relight_crewai/__init__.py",
     "relight_torch": "packages/trainer-torch/src/relight_torch/__init__.py",
     "relight_verl": "packages/trainer-verl/src/relight_verl/__init__.py",
+    "relight_apo": "packages/apo/src/relight_apo/__init__.py",
 }
 TESTING = ROOT / "packages/testing/src/relight_testing"
 

@@ -79,6 +79,9 @@ smoke() {
             install "$venv" "$(wheel relight-torch)" "$(wheel relight)"
             (cd "$venv" && ./bin/python -m relight_torch.demo --out run --sft-steps 2 --iterations 1 --tasks 2 \
                 --samples 2 --eval-tasks 2 && test -f run/summary.json) ;;
+        relight-apo)
+            install "$venv" "$(wheel relight-apo)" "$(wheel relight)"
+            (cd "$venv" && ./bin/python "$ROOT/.ci/smoke/apo_search.py") ;;
         relight-verl)
             install "$venv" torch==2.13.0
             install "$venv" "$(wheel relight-verl)" "$(wheel relight)"
@@ -93,7 +96,7 @@ smoke() {
 # its own log, printed when it fails.
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=(relight-torch relight-verl relight-crewai relight-langgraph relight-autogen
-    relight-openai-agents relight-testing relight)
+    relight-openai-agents relight-testing relight-apo relight)
 JOBS=${DIST_JOBS:-4}
 declare -A pids=()
 for name in "${names[@]}"; do

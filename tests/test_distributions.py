@@ -1,4 +1,4 @@
-"""The eight distributions agree: one version, the core's compatible range pinned, metadata complete for PyPI."""
+"""The nine distributions agree: one version, the core's compatible range pinned, metadata complete for PyPI."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def requirements(meta: dict[str, object]) -> list[Requirement]:
     return [Requirement(text) for text in listed]
 
 
-def test_there_are_eight_distributions() -> None:
+def test_there_are_nine_distributions() -> None:
     names = {project(path)["name"] for path in PROJECTS}
     assert names == {
         "relight",
@@ -43,6 +43,7 @@ def test_there_are_eight_distributions() -> None:
         "relight-crewai",
         "relight-torch",
         "relight-verl",
+        "relight-apo",
     }
 
 
