@@ -406,6 +406,7 @@ class APO:
                 input=task,
                 mode=mode,
                 resources_version=version,
+                max_attempts=run.max_attempts,
                 metadata={"step": step, "apo": name, "task": index},
                 rollout_id=run.rollout_id(f"r{step}-{name}-t{index}"),
             )

@@ -104,8 +104,11 @@ class SearchRun:
         base_items: Mapping[str, JsonValue],
         rewards: GroupRewards | None = None,
         restored: Restored | None = None,
+        max_attempts: int = 3,
     ) -> None:
         self.store = store
+        self.max_attempts = max_attempts
+        """Tries per rollout before it fails (``Trainer(max_attempts=...)``), for the requests the algorithm makes."""
         self.folder = folder
         self.run_id = run_id
         """Prefixes the run's rollout ids (:meth:`rollout_id`), so a resumed run finds its rollouts again."""

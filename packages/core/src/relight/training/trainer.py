@@ -409,6 +409,7 @@ class Trainer:
                     },
                     rewards=GroupRewards(options.group_rewards),
                     restored=restored,
+                    max_attempts=options.max_attempts,
                 )
                 summary = dict(await algorithm.search(search, train_dataset, val_dataset))
             ended = "finished"
