@@ -139,6 +139,23 @@ class APO:
         return self._model
 
     @property
+    def settings(self) -> dict[str, JsonValue]:
+        """How the search is set up, for run.json, ``relight compare`` and experiment trackers."""
+        return {
+            "optimizer": self.optimizer.model,
+            "optimizer_base_url": self.optimizer.base_url,
+            "prompts": list(self.prompts),
+            "frozen": [name for name, prompt in self.prompts.items() if prompt.frozen],
+            "budget": self.budget,
+            "minibatch": self.minibatch,
+            "rounds": self.rounds,
+            "show": self.show,
+            "max_tries": self.max_tries,
+            "perfect": self.perfect,
+            "seed": self.seed,
+        }
+
+    @property
     def editable(self) -> list[str]:
         """The prompts the search may edit, in the order they take turns."""
         return [name for name, prompt in self.prompts.items() if not prompt.frozen]

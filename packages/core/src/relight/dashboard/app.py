@@ -22,7 +22,7 @@ import hmac
 import json
 import logging
 import re
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any
@@ -155,11 +155,7 @@ def create_app(
         catalog = store_catalog()
         return JSONResponse({"points": catalog.curves(), "version": catalog.version})
 
-    prompt_rows = _PromptVersions()
-
-    async def prompts(request: Request) -> Response:
-        catalog = store_catalog()
-        return JSONResponse({"versions": await prompt_rows.rows(catalog), "version": catalog.version})
+    prompts = _PromptVersions(store_catalog)
 
     async def rollouts(request: Request) -> Response:
         catalog = store_catalog()
@@ -193,7 +189,7 @@ def create_app(
             Route("/", index),
             Route("/api/overview", overview),
             Route("/api/curves", curves),
-            Route("/api/prompts", prompts),
+            Route("/api/prompts", prompts.route),
             Route("/api/rollouts", rollouts),
             Route("/api/rollouts/{rollout_id:path}", rollout),
             Route("/api/events", events),
@@ -318,10 +314,17 @@ class _TokenGuard:
 class _PromptVersions:
     """A prompt optimisation run's prompt versions as the page shows them, read again only when the store has moved."""
 
-    def __init__(self) -> None:
+    def __init__(self, catalog: Callable[[], Catalog]) -> None:
+        self.catalog = catalog
+        """The store's catalog (a 404 without a store)."""
         self._read: dict[int, Resources] = {}
         """Resources versions read so far (a version never changes)."""
         self._rows: tuple[int, list[dict[str, object]]] = (-1, [])
+
+    async def route(self, request: Request) -> Response:
+        """``GET /api/prompts``."""
+        catalog = self.catalog()
+        return JSONResponse({"versions": await self.rows(catalog), "version": catalog.version})
 
     async def rows(self, catalog: Catalog) -> list[dict[str, object]]:
         """Each version of ``catalog``'s store, its fields and its diff against its parent."""

@@ -374,9 +374,10 @@ class Trainer:
             max_staleness=None,
             tasks=train_dataset,
         )
-        record = RunRecord.open(run.path, identity)
         store_url = options.store if options.store is not None else run.store_url
-        for tracker, link in trackers.start(RunInfo(run.path.name, run.path, self._config(algorithm, store_url))):
+        config = self._config(algorithm, store_url)
+        record = RunRecord.open(run.path, identity, settings=config)
+        for tracker, link in trackers.start(RunInfo(run.path.name, run.path, config)):
             self.progress.note(f"relight: {tracker} run at {link}")
         self.progress.note(f"relight: run folder {run.path}  (store {_named(store_url)})")
         restored = restore_search(run) if record.resumed else None
