@@ -63,7 +63,7 @@ from rich.console import Console
 from rich.table import Table
 
 import relight
-from relight._internal import loop as _loop
+from relight._internal import event_loop
 from relight_torch.algorithms.grpo import GRPO, UpdateCallback
 from relight_torch.demo.agent import calculator_agent
 from relight_torch.demo.calculator import Problem, problems
@@ -308,7 +308,7 @@ def main() -> None:
             run = functools.partial(train, warm, recipe, learner_process=learner_process, runners=args.runners)
         for k in (None, 1, 2):
             with console.status(f"training, {'synchronous' if k is None else f'max_staleness={k}'}…"):
-                row = _loop.run(run(k, Path(scratch) / f"store-{k}.db"))  # relight's event loop, as fit's
+                row = event_loop.run(run(k, Path(scratch) / f"store-{k}.db"))  # relight's event loop, as fit's
                 results.append({**row, "engine": args.engine})
             if args.json:
                 print(json.dumps(results[-1]), flush=True)

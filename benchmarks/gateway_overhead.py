@@ -44,7 +44,7 @@
   instant upstream, nothing of relight around them. Its CPU per rollout is a floor under the loop's
   in one process; ``ceiling_rollouts_per_s`` is what that floor allows.
 
-Every part runs on relight's event loop (:mod:`relight._internal.loop`: uvloop where installed; set
+Every part runs on relight's event loop (:mod:`relight._internal.event_loop`: uvloop where installed; set
 ``RELIGHT_UVLOOP=0`` to compare with asyncio's).
 
     python benchmarks/gateway_overhead.py            # a table
@@ -72,7 +72,7 @@ from rich.console import Console
 from rich.table import Table
 
 from relight import Trainer
-from relight._internal import loop as _loop
+from relight._internal import event_loop
 from relight._internal.http import HttpClient
 from relight._internal.server import AsgiServer
 from relight.agent import LLM
@@ -300,22 +300,22 @@ def main() -> None:
     if "latency" in wanted:
         for stream, reply in ((False, "ok"), (True, "ok"), (True, LONG_REPLY)):
             with console.status(f"latency, stream={stream}, {len(reply)} characters…"):
-                results.append(_loop.run(latency(args.calls, stream, reply)))
+                results.append(event_loop.run(latency(args.calls, stream, reply)))
         if args.policies:
             for stream in (False, True):
                 with console.status(f"latency with role routing, stream={stream}…"):
-                    results.append(_loop.run(latency(args.calls, stream, routed=True)))
+                    results.append(event_loop.run(latency(args.calls, stream, routed=True)))
         with console.status("a bare forwarder in the gateway's place…"):
-            results.append(_loop.run(forwarder(args.calls)))
+            results.append(event_loop.run(forwarder(args.calls)))
     if "agent_alone" in wanted:
         with console.status("the agent alone, straight to the upstream…"):
-            results.append(_loop.run(agent_alone(args.rollouts, args.concurrency)))
+            results.append(event_loop.run(agent_alone(args.rollouts, args.concurrency)))
     if "loop" in wanted:
         for agent_kind, runners, runner_process in LOOPS:
             where = f"{runners} runner process(es)" if runner_process or runners > 1 else "in the trainer's process"
             with console.status(f"loop, {agent_kind} agent, {where}…"):
                 concurrency = args.concurrency // runners
-                results.append(_loop.run(loop(args.rollouts, concurrency, agent_kind, runners, runner_process)))
+                results.append(event_loop.run(loop(args.rollouts, concurrency, agent_kind, runners, runner_process)))
 
     if args.json:
         for result in results:

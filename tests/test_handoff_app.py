@@ -29,7 +29,7 @@ from relight.dashboard import Dashboard
 from relight.records import Mode, SpanKind, Transition
 from relight.scripted import Reply, ScriptedUpstream, ScriptRequest, ToolCall
 from relight.transitions.builder import TransitionBuilder
-from relight.transitions.signal import flat_groups, group_key
+from relight.transitions.learning_signal import flat_groups, group_key
 from relight.transitions.verdicts import Reason
 from relight_testing.algorithms import RecordingAlgorithm
 

@@ -26,7 +26,7 @@ from pydantic import JsonValue
 from rich.console import Console
 
 import relight
-from relight.tracing.roles import end_role_span, end_tool_span, start_role_span, start_tool_span
+from relight.tracing.agent_spans import end_role_span, end_tool_span, start_role_span, start_tool_span
 from relight.transitions.builder import TransitionBuilder
 from relight_torch.algorithms.grpo import GRPO
 from relight_torch.demo.calculator import TOOLS, answer_reward, calculate

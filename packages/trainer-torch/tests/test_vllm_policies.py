@@ -19,7 +19,7 @@ from rich.console import Console
 import relight
 from relight.policies import Policy, as_policies
 from relight.records import Transition
-from relight.tracing.roles import end_role_span, start_role_span
+from relight.tracing.agent_spans import end_role_span, start_role_span
 from relight_torch.vllm import VLLMGRPO, LoraOptions, VLLMPolicy, VLLMServerOptions, vllm_python
 
 pytestmark = [

@@ -25,10 +25,10 @@ from opentelemetry import trace
 from opentelemetry.trace import Span
 
 from relight import semconv
-from relight.tracing.call_role import add_role_source, remove_role_source
+from relight.tracing.agent_spans import end_role_span, end_tool_span, record_handoff, start_role_span, start_tool_span
 from relight.tracing.context import AttemptRef, current_attempt
 from relight.tracing.instrumentation import guarded
-from relight.tracing.roles import end_role_span, end_tool_span, record_handoff, start_role_span, start_tool_span
+from relight.tracing.request_role import add_role_source, remove_role_source
 from relight_autogen._tap import LogTap
 
 __all__ = ["Recorder", "current_role", "role_of"]
@@ -56,7 +56,7 @@ def role_of(agent_id: str | None) -> str:
 def current_role() -> str | None:
     """The role of a model call made now: the agent handling a message in a team, else the agent whose
     span is current; None outside any agent. AutoGen reports a call only once it has returned, so this is
-    how the call's request names its role to the gateway (:mod:`relight.tracing.call_role`)."""
+    how the call's request names its role to the gateway (:mod:`relight.tracing.request_role`)."""
     if current_attempt() is None:
         return None
     try:

@@ -7,7 +7,7 @@ handler comes second records one span from the first event's timestamp to the se
 
 Those handlers run too late and elsewhere to name a call's role to the gateway as the call is made;
 CrewAI's ``before_llm_call`` hooks run in the agent's own context just before each call, so one
-names the agent's role there (:mod:`relight.tracing.call_role`) and an ``after_llm_call`` hook stops it.
+names the agent's role there (:mod:`relight.tracing.request_role`) and an ``after_llm_call`` hook stops it.
 """
 
 from __future__ import annotations
@@ -36,10 +36,10 @@ from crewai.hooks.llm_hooks import (
 )
 from opentelemetry.trace import Status, StatusCode
 
-from relight.tracing.call_role import call_ended, call_starts
+from relight.tracing.agent_spans import end_role_span, end_tool_span, start_role_span, start_tool_span
 from relight.tracing.context import current_attempt
 from relight.tracing.instrumentation import guarded
-from relight.tracing.roles import end_role_span, end_tool_span, start_role_span, start_tool_span
+from relight.tracing.request_role import call_ended, call_starts
 
 __all__ = ["EventListener"]
 

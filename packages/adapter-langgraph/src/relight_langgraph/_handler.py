@@ -20,9 +20,9 @@ from langchain_core.outputs import ChatGeneration, LLMResult
 from langchain_core.tracers.context import register_configure_hook
 from opentelemetry.trace import Span
 
+from relight.tracing.agent_spans import end_role_span, end_tool_span, record_handoff, start_role_span, start_tool_span
 from relight.tracing.context import AttemptRef, current_attempt
 from relight.tracing.instrumentation import guarded
-from relight.tracing.roles import end_role_span, end_tool_span, record_handoff, start_role_span, start_tool_span
 
 __all__ = ["RelightCallbackHandler", "attach", "detach", "role_of"]
 

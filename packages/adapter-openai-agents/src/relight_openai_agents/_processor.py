@@ -27,8 +27,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
 from relight import semconv
-from relight.tracing.instrumentation import guarded
-from relight.tracing.roles import (
+from relight.tracing.agent_spans import (
     bounded,
     end_role_span,
     end_tool_span,
@@ -36,6 +35,7 @@ from relight.tracing.roles import (
     start_role_span,
     start_tool_span,
 )
+from relight.tracing.instrumentation import guarded
 
 __all__ = ["RelightTracingProcessor"]
 

@@ -34,10 +34,10 @@ from relight.records import (
 from relight.resources.reading import resource
 from relight.runners.runner import Runner
 from relight.store import Store
-from relight.tracing.call_role import role
 from relight.tracing.context import AttemptRef, attempt_scope, current_attempt
 from relight.tracing.instrumentation import Instrumentor, instrument, uninstrument
 from relight.tracing.otel import emit_annotation, emit_reward
+from relight.tracing.request_role import role
 from relight.training.trainer import Trainer
 from relight.transitions.builder import TransitionBuilder
 

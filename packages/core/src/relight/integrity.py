@@ -35,7 +35,7 @@ Notices:
 - ``imported_not_retokenizable`` (with a tokenizer): an imported call that cannot be rendered (its text is missing).
 - ``imported_not_rechecked``: imported calls whose exactness was not re-checked, for want of a tokenizer.
 
-Imported calls are re-checked with :func:`relight.otlp.transitions.retokenize_call`, the one decision of
+Imported calls are re-checked with :func:`relight.otlp.imported_calls.retokenize_call`, the one decision of
 their exactness that training and export use too.
 """
 
@@ -52,8 +52,8 @@ from typing import Literal
 from pydantic import JsonValue
 
 from relight import semconv
+from relight.otlp.imported_calls import TemplateRetokenizer, retokenize_call
 from relight.otlp.importer import SOURCE
-from relight.otlp.transitions import TemplateRetokenizer, retokenize_call
 from relight.records import Attempt, AttemptStatus, Mode, Rollout, RolloutStatus, Span, SpanKind
 from relight.store import Store
 from relight.transitions.builder import TransitionBuilder
@@ -346,7 +346,7 @@ def _recheck_imported(
     report: IntegrityReport, rollout_id: str, spans: Sequence[Span], retokenizer: TemplateRetokenizer | None
 ) -> None:
     """Retokenize each imported call again from its record, by the one decision of exactness training and export
-    use (:func:`relight.otlp.transitions.retokenize_call`), and compare with what the store holds."""
+    use (:func:`relight.otlp.imported_calls.retokenize_call`), and compare with what the store holds."""
     for span in spans:
         if span.kind is not SpanKind.LLM or span.status_code == "ERROR":
             continue

@@ -14,7 +14,7 @@ from starlette.responses import StreamingResponse
 
 from relight import semconv
 from relight.gateway import Gateway
-from relight.gateway.app import sse_response
+from relight.gateway.http.app import sse_response
 from relight.records import AttemptStatus, RolloutRequest, Span
 from relight.scripted import (
     Reply,

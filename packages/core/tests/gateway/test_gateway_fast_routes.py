@@ -1,4 +1,5 @@
-"""The chat and completions routes, served before Starlette (relight.gateway.hot), answer as Starlette would.
+"""The chat and completions routes, served before Starlette (relight.gateway.http.fast_routes), answer as
+Starlette would.
 
 Their 4xx answers are tested with every other gateway test; these are the answers the hot path gives by
 itself (an unforeseen failure) or leaves to Starlette (another method, a path it does not know exactly).

@@ -17,7 +17,7 @@ from relight.gateway import Gateway
 from relight.records import SpanKind
 from relight.scripted import ScriptedUpstream, ScriptRequest
 from relight.stores.memory import InMemoryStore
-from relight.tracing.call_role import role_of_baggage, with_role
+from relight.tracing.request_role import role_of_baggage, with_role
 from relight.transitions.builder import TransitionBuilder
 from relight.transitions.verdicts import Reason
 from relight_testing.agents import ROLE_CALLS, calls_by_role

@@ -24,7 +24,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue, KeyValu
 from relight import open_store
 from relight._internal.server import AsgiServer
 from relight.otlp import ImportOptions, create_otlp_app
-from relight.otlp.transitions import prepare_spans
+from relight.otlp.imported_calls import prepare_spans
 from relight.records import RolloutStatus, SpanKind
 from relight.store import Store
 

@@ -14,9 +14,9 @@ from relight.plugins import plugin_manager, reset_plugins
 from relight.records import RolloutRequest, SpanKind
 from relight.stores.memory import InMemoryStore
 from relight.tracing import otel as tracing
+from relight.tracing.agent_spans import end_role_span, end_tool_span, start_role_span, start_tool_span
 from relight.tracing.batcher import SpanBatcher
 from relight.tracing.instrumentation import Instrumentor, guarded
-from relight.tracing.roles import end_role_span, end_tool_span, start_role_span, start_tool_span
 
 
 class Recording(Instrumentor):

@@ -4,7 +4,7 @@ and the warning of a step without signal, which says what can help given the rew
 from collections.abc import Sequence
 
 from relight.records import Rollout, RolloutRequest, RolloutStatus, Transition
-from relight.training.learning_signal import flat_groups, no_signal_warning, sample_until_signal
+from relight.training.dynamic_sampling import flat_groups, no_signal_warning, sample_until_signal
 
 
 def transition(group: str, reward: float, policy: str | None = None, rollout_id: str | None = None) -> Transition:

@@ -85,7 +85,7 @@ async def test_the_algorithm_learns_the_policies_before_it_serves_and_the_run_pu
 def _one_call(task: dict[str, str], llm: relight.LLM) -> float:
     import openai
 
-    from relight.tracing.roles import end_role_span, start_role_span
+    from relight.tracing.agent_spans import end_role_span, start_role_span
 
     with openai.OpenAI(base_url=llm.base_url, api_key=llm.api_key, max_retries=0) as client:
         span = start_role_span("write_query", framework="test")

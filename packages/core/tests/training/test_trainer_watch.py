@@ -21,7 +21,7 @@ from relight.errors import ConfigError
 from relight.records import RolloutStatus
 from relight.scripted import ScriptedUpstream
 from relight.stores.memory import InMemoryStore
-from relight.tracing.roles import end_role_span, start_role_span
+from relight.tracing.agent_spans import end_role_span, start_role_span
 from relight.transitions.builder import TransitionBuilder
 from relight_testing.agents import three_calls
 from relight_testing.algorithms import RecordingAlgorithm

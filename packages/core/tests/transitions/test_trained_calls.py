@@ -18,8 +18,8 @@ from relight.dashboard.detail import rollout_detail
 from relight.records import RolloutRequest, Transition
 from relight.scripted import ScriptedUpstream
 from relight.stores.memory import InMemoryStore
+from relight.tracing.agent_spans import end_role_span, start_role_span
 from relight.tracing.hook_failures import hook_failures
-from relight.tracing.roles import end_role_span, start_role_span
 from relight.transitions.builder import TransitionBuilder
 from relight.transitions.trained_calls import TRAINED_SPAN, record_trained, trained_calls
 from relight_testing.algorithms import RecordingAlgorithm

@@ -73,8 +73,8 @@ from relight.scripted import Script, ScriptedUpstream, Served, decode
 from relight.stores.memory import InMemoryStore
 from relight.tracing import hook_failures as guard
 from relight.tracing import otel as tracing
+from relight.tracing.agent_spans import MAX_TOOL_TEXT
 from relight.tracing.instrumentation import Adapter, instrument
-from relight.tracing.roles import MAX_TOOL_TEXT
 from relight.training.trainer import Trainer
 from relight.transitions.builder import TransitionBuilder
 from relight_testing.algorithms import PoliciesRecordingAlgorithm

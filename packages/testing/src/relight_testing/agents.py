@@ -138,8 +138,8 @@ def calls_by_role(task: Mapping[str, Any], llm: LLM) -> float:
     each call; the answers' own ``model`` names are written to the task's annotation so a test in
     another process can read them. ``"stream": true`` streams every call.
     """
-    from relight.tracing.call_role import role
     from relight.tracing.otel import emit_annotation
+    from relight.tracing.request_role import role
 
     replies: dict[str, Any] = {}
     with openai.OpenAI(base_url=llm.base_url, api_key=llm.api_key, max_retries=0) as client:
@@ -173,7 +173,7 @@ async def instrumented(task: Mapping[str, Any], llm: LLM) -> float | None:
     """
     from opentelemetry import trace
 
-    from relight.tracing import roles
+    from relight.tracing import agent_spans
     from relight.tracing.instrumentation import guarded
     from relight.tracing.otel import emit_reward
     from relight_testing.faults import break_instrumentation
@@ -181,8 +181,8 @@ async def instrumented(task: Mapping[str, Any], llm: LLM) -> float | None:
     if task.get("fault"):
         break_instrumentation(str(task["fault"]))
     opened: list[Any] = []
-    on_start = guarded(lambda: opened.append(roles.start_role_span("writer", framework="test")))
-    on_end = guarded(lambda response_id: roles.end_role_span(opened[0], response_id=response_id))
+    on_start = guarded(lambda: opened.append(agent_spans.start_role_span("writer", framework="test")))
+    on_end = guarded(lambda response_id: agent_spans.end_role_span(opened[0], response_id=response_id))
     with trace.get_tracer("relight-testing-app").start_as_current_span("plan"):  # the app's own tracer
         async with openai.AsyncOpenAI(base_url=llm.base_url, api_key=llm.api_key, max_retries=0) as client:
             on_start()

@@ -22,8 +22,8 @@ from pydantic import JsonValue
 from relight.agent import LLM, FunctionAgent
 from relight.rewards.recorded import RecordedRollout
 from relight.scripted.scripts import Reply, ScriptError, ScriptRequest, ToolCall
+from relight.tracing.agent_spans import end_tool_span, start_tool_span
 from relight.tracing.context import current_attempt
-from relight.tracing.roles import end_tool_span, start_tool_span
 
 __all__ = [
     "BEHAVIOURS",

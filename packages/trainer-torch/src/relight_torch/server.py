@@ -31,8 +31,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from relight.gateway import EngineUpstream, UpstreamError
+from relight.gateway.calls.validate import check_content_type, check_request
 from relight.gateway.errors import GatewayError, error_body
-from relight.gateway.validate import check_content_type, check_request
 from relight_torch.engine.torch_engine import DEFAULT_MAX_TOKENS, TorchEngine
 
 __all__ = ["create_app", "main"]

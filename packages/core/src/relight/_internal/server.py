@@ -17,7 +17,7 @@ from typing import Any, Self, TypeVar
 
 import uvicorn
 
-from relight._internal import loop as _loop
+from relight._internal import event_loop
 
 __all__ = ["CLIENT_KEEP_ALIVE_SECONDS", "SERVER_KEEP_ALIVE_SECONDS", "AsgiServer"]
 
@@ -89,7 +89,7 @@ class AsgiServer:
         failure: list[BaseException] = []
 
         def serve() -> None:
-            loop = _loop.new_event_loop()
+            loop = event_loop.new_event_loop()
             self._thread_loop = loop
             try:
                 loop.run_until_complete(self.start())

@@ -4,7 +4,7 @@
 JSON object, to keep them fixed in a later run: ``Trainer(resources=json.load(open(path)))``.
 
 Rollouts imported from OpenTelemetry traces (``relight otlp serve``) carry text, not token ids:
-``--tokenizer`` retokenizes them with the policy's chat template (see :mod:`relight.otlp.transitions`).
+``--tokenizer`` retokenizes them with the policy's chat template (see :mod:`relight.otlp.imported_calls`).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from rich.console import Console
 from relight.cli._common import AddCommand, add_store_option, with_store
 from relight.cli._verdicts import add_builder_options, builder_for, left_out, training_summary
 from relight.errors import NotFoundError
+from relight.otlp.imported_calls import ImportedRollout, TemplateRetokenizer, chat_records, explain_imported
 from relight.otlp.importer import SOURCE
-from relight.otlp.transitions import ImportedRollout, TemplateRetokenizer, chat_records, explain_imported
 from relight.records import Mode, Rollout, Transition
 from relight.resources.prompts import PROMPT_ITEM, exported_prompts
 from relight.store import Store

@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from relight._internal import loop as _loop
+from relight._internal import event_loop
 from relight.agent import load_agent
 from relight.cli._common import (
     AddCommand,
@@ -88,7 +88,7 @@ def run_replay(args: argparse.Namespace) -> int:
             await into.close()
             await source.close()
 
-    result = _loop.run(run())
+    result = event_loop.run(run())
     if args.json:
         print_json(_json(result))
     else:

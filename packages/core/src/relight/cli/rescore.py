@@ -9,7 +9,7 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from relight._internal import loop as _loop
+from relight._internal import event_loop
 from relight.cli._common import (
     AddCommand,
     add_json_option,
@@ -99,7 +99,7 @@ def run_rescore(args: argparse.Namespace) -> int:
         finally:
             await store.close()
 
-    report = _loop.run(run())
+    report = event_loop.run(run())
     png: str | None = args.png if args.png or args.json else DEFAULT_PNG
     if args.json:
         print_json(_json(report))

@@ -25,8 +25,8 @@ from relight.cli._verdicts import add_builder_options, builder_for, verdict_tree
 from relight.cli.conversation import print_conversations
 from relight.cli.prompts import show_prompts
 from relight.errors import ConfigError, NotFoundError
+from relight.otlp.imported_calls import prepare_spans
 from relight.otlp.importer import SOURCE
-from relight.otlp.transitions import prepare_spans
 from relight.records import Attempt, Mode, Resources, Rollout, RolloutStatus, Span, SpanKind
 from relight.resources.prompts import PROMPT_ITEM, prompt_of
 from relight.store import Store

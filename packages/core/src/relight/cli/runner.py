@@ -19,7 +19,7 @@ import time
 
 from rich.console import Console
 
-from relight._internal import loop as _loop
+from relight._internal import event_loop
 from relight.agent import Agent, load_agent
 from relight.cli._common import AddCommand, add_store_option, store_url
 from relight.errors import ConfigError, NotFoundError
@@ -106,7 +106,7 @@ def run_runner(args: argparse.Namespace) -> int:
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # as `python -m` would: the user's own modules import
     agent = load_agent(args.agent)
-    return _loop.run(_serve(args, agent, store_url(args)))
+    return event_loop.run(_serve(args, agent, store_url(args)))
 
 
 async def _serve(args: argparse.Namespace, agent: Agent, url: str) -> int:

@@ -18,7 +18,7 @@ from relight.cli._common import (
 )
 from relight.errors import ConfigError
 from relight.integrity import IntegrityReport, verify_store
-from relight.otlp.transitions import TemplateRetokenizer
+from relight.otlp.imported_calls import TemplateRetokenizer
 from relight.store import Store
 
 __all__ = ["register", "verify"]

@@ -9,9 +9,9 @@ span with the token ids, logprobs and policy version to the store::
         base_url = gateway.base_url_for(rollout_id, attempt_id)
 """
 
-from relight.gateway._gateway import Gateway, GatewayStats
+from relight.gateway.calls.retokenize import HuggingFaceRetokenizer, Retokenizer
 from relight.gateway.errors import GatewayError, UpstreamError
-from relight.gateway.retokenize import HuggingFaceRetokenizer, Retokenizer
+from relight.gateway.server import Gateway, GatewayStats
 from relight.gateway.sessions import api_key_for
 from relight.gateway.upstreams import EngineUpstream, OpenAIUpstream, Upstream, UpstreamPool
 

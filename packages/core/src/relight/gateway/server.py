@@ -2,7 +2,7 @@
 
 :meth:`Gateway.complete` and :meth:`Gateway.stream` are the whole request path (admission, pause
 gate, replica choice, forwarding, recording, the response id the client sees), apart from HTTP;
-endpoint modules (``/v1/chat/completions`` here, ``/v1/responses`` in :mod:`relight.gateway.responses`)
+endpoint modules (``/v1/chat/completions`` here, ``/v1/responses`` in :mod:`relight.gateway.dialects.responses`)
 parse their request, call one of them and shape the answer.
 """
 
@@ -22,16 +22,16 @@ from starlette.requests import Request
 from relight import semconv
 from relight._internal.server import AsgiServer
 from relight.algorithm import UpstreamTarget
-from relight.gateway.app import create_app
+from relight.gateway.calls.overflow import ContextOverflow, openai_message, overflow_of
+from relight.gateway.calls.record import Exchange, TraceParent, random_hex
+from relight.gateway.calls.retokenize import HuggingFaceRetokenizer, Retokenizer
+from relight.gateway.calls.routing import PolicyRouter
+from relight.gateway.calls.validate import check_request
 from relight.gateway.errors import GatewayError, UpstreamError
-from relight.gateway.overflow import ContextOverflow, openai_message, overflow_of
-from relight.gateway.record import Exchange, TraceParent, random_hex
-from relight.gateway.retokenize import HuggingFaceRetokenizer, Retokenizer
-from relight.gateway.routing import PolicyRouter
+from relight.gateway.http.app import create_app
 from relight.gateway.sessions import SessionChecker, api_key_for, attempt_of_request
 from relight.gateway.upstreams import Endpoint, Upstream, UpstreamPool, as_upstream, bursts_of
 from relight.gateway.urls import attempt_base_url
-from relight.gateway.validate import check_request
 from relight.policies import Policy
 from relight.store import Store
 from relight.tracing.batcher import SpanBatcher, SpansLostError
@@ -84,7 +84,7 @@ class Gateway(AsgiServer):
             (``max_tokens``/``max_completion_tokens``), so one call cannot generate for ever; None
             leaves it to the upstream. Recorded on the span like a cap the client set.
         batcher: where spans are submitted; by default one of the gateway's own, on its loop.
-        policies: several policies, one per role (see :mod:`relight.gateway.routing`): a call asking for
+        policies: several policies, one per role (see :mod:`relight.gateway.calls.routing`): a call asking for
             ``model`` is sent upstream as its role's policy (the role its request names).
         model: the model name the run's agents ask for; needed with ``policies``.
 
@@ -261,12 +261,12 @@ class Gateway(AsgiServer):
 
         The answer has the minted ``response_id`` (``chatcmpl-…`` by default) and only the fields the
         client asked for; ``attributes`` go on the span. ``role`` is the role the request named (see
-        :mod:`relight.gateway.routing`), recorded on the span and, with policies, choosing the policy.
+        :mod:`relight.gateway.calls.routing`), recorded on the span and, with policies, choosing the policy.
         Raises GatewayError: 4xx for a bad request (``context_length_exceeded`` for a prompt past the
         context), 502 when the upstream failed.
         An output budget past what the context leaves is capped and the call sent again; one past the whole
         context is refused (400 naming it) unless ``cap_budget``, which caps it too (the translated APIs,
-        whose clients size it for frontier models; see :mod:`relight.gateway.overflow`).
+        whose clients size it for frontier models; see :mod:`relight.gateway.calls.overflow`).
         """
         check_request(endpoint, body)
         body = self._with_default_max_tokens(body)

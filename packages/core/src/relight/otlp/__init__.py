@@ -11,7 +11,7 @@ exactly their own work::
     OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318 python my_agent.py
     relight export --store sqlite:///traces.db --format chat --min-reward 1 -o sft.jsonl
 
-Imported calls have no token ids: :mod:`relight.otlp.transitions` retokenizes them with the policy's
+Imported calls have no token ids: :mod:`relight.otlp.imported_calls` retokenizes them with the policy's
 chat template through relight's one renderer (:mod:`relight.chat`) and says, call by call, whether the
 tokens are exactly the call (:func:`retokenize_call`); inexact calls are left out and counted. Needs the
 ``relight[otlp]`` extra (``opentelemetry-proto``).
@@ -26,6 +26,16 @@ from relight.otlp.decode import (
     decode_logs,
     decode_traces,
 )
+from relight.otlp.imported_calls import (
+    ChatExport,
+    ImportedRollout,
+    Retokenized,
+    TemplateRetokenizer,
+    chat_records,
+    explain_imported,
+    prepare_spans,
+    retokenize_call,
+)
 from relight.otlp.importer import (
     ImportOptions,
     ImportResult,
@@ -36,16 +46,6 @@ from relight.otlp.importer import (
     add_reward,
 )
 from relight.otlp.receiver import DEFAULT_MAX_BODY_BYTES, DEFAULT_PORT, create_otlp_app, serve_otlp
-from relight.otlp.transitions import (
-    ChatExport,
-    ImportedRollout,
-    Retokenized,
-    TemplateRetokenizer,
-    chat_records,
-    explain_imported,
-    prepare_spans,
-    retokenize_call,
-)
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",

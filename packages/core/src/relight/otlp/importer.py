@@ -15,7 +15,7 @@ GenAI events sent as OTLP log records (``/v1/logs``: the conventions' per-messag
 ``gen_ai.client.inference.operation.details`` per call) are stored beside the spans of their trace, each
 as a span named after its event whose parent is the span it was emitted in (``relight.otlp.log.event``
 names the event, ``relight.otlp.log.body`` holds its body). They are joined to their call when the
-call is read (:func:`relight.otlp.transitions.prepare_spans`), whichever arrived first.
+call is read (:func:`relight.otlp.imported_calls.prepare_spans`), whichever arrived first.
 
 A trace's rollout forms when its first span or event arrives. Until its first LLM call it is
 *waiting*: running under the worker ``relight-otlp`` (never queued, so no runner claims it), its spans

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from relight.agent import Agent
 from relight.errors import ConfigError
 from relight.gateway import Gateway, OpenAIUpstream
-from relight.gateway.record import random_hex
+from relight.gateway.calls.record import random_hex
 from relight.records import Rollout, RolloutRequest, Span
 from relight.replay.recording import RecordedExchange, Recording, read_recording
 from relight.replay.script import Divergence, ReplayScript

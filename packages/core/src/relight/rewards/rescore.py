@@ -7,7 +7,7 @@
 group (a GRPO group is the rollouts of one task in one step):
 
 * **signal**: a group has learning signal when its rewards are not all equal
-  (:func:`relight.transitions.signal.has_signal`, the definition the trainer skips flat groups by); the
+  (:func:`relight.transitions.learning_signal.has_signal`, the definition the trainer skips flat groups by); the
   report counts the groups that gain signal, lose it, keep it or stay flat;
 * **flips**: the rollouts whose advantage changes sign (a rollout the update pushed up that it would now
   push down, or one it ignored that it would now move), with GRPO's advantage of each rollout's return in
@@ -39,13 +39,13 @@ from typing import cast
 
 from relight import semconv
 from relight.errors import ConfigError
-from relight.gateway.record import random_hex
+from relight.gateway.calls.record import random_hex
 from relight.records import AttemptStatus, Mode, Rollout, RolloutStatus, Span, SpanKind
 from relight.rewards.group import GroupReward, Sample
 from relight.rewards.recorded import RewardFunction, recorded_rollout
 from relight.store import Store
 from relight.transitions.builder import episode_return
-from relight.transitions.signal import TOLERANCE, has_signal
+from relight.transitions.learning_signal import TOLERANCE, has_signal
 
 __all__ = [
     "GroupChange",

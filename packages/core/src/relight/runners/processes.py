@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from multiprocessing.context import SpawnProcess
 from typing import Any
 
-from relight._internal import loop as _loop
+from relight._internal import event_loop
 from relight.agent import Agent
 from relight.errors import ConfigError
 from relight.plugins import open_store
@@ -38,7 +38,7 @@ def run_runner_process(agent: Agent, store_url: str, options: Mapping[str, Any])
         finally:
             await store.close()
 
-    _loop.run(main())
+    event_loop.run(main())
 
 
 ORPHAN_GRACE_SECONDS = 10.0

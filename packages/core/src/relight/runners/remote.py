@@ -9,10 +9,10 @@ from typing import Any, Protocol
 
 from relight.agent import Agent
 
-__all__ = ["RunnerGroup"]
+__all__ = ["RemoteRunners"]
 
 
-class RunnerGroup(Protocol):
+class RemoteRunners(Protocol):
     def start(self, agent: Agent, store_url: str, **options: Any) -> None:
         """Start runners of ``agent`` on the store at ``store_url`` (``options``: :class:`relight.Runner`'s)."""
         ...

@@ -48,8 +48,8 @@ from relight.records import Attempt, AttemptStatus, Mode, Resources, Rollout, ne
 from relight.resources.reading import AttemptResources, resources_scope
 from relight.runners._threads import AgentThreads
 from relight.store import DEFAULT_LEASE_SECONDS, Store
-from relight.tracing import call_role
 from relight.tracing import otel as tracing
+from relight.tracing import request_role
 from relight.tracing.batcher import SpanBatcher
 from relight.tracing.context import AttemptRef, attempt_scope
 from relight.tracing.hook_failures import hook_failed
@@ -176,7 +176,7 @@ class Runner:
         self._batcher = SpanBatcher(self.store)
         self._http = HttpClient(self.gateway_url, timeout=60, keep_alive=CLIENT_KEEP_ALIVE_SECONDS)
         tracing.install(self._batcher)
-        call_role.install(self.gateway_url)  # the agent's requests name their call's role to the gateway
+        request_role.install(self.gateway_url)  # the agent's requests name their call's role to the gateway
         claimers = [asyncio.create_task(self._claim_loop(slots, running)) for _ in range(_CLAIMS_AT_ONCE)]
         try:
             await asyncio.gather(*claimers)
@@ -190,7 +190,7 @@ class Runner:
             await asyncio.gather(*running, return_exceptions=True)
             await self._batcher.aclose()
             await self._http.aclose()
-            call_role.uninstall(self.gateway_url)
+            request_role.uninstall(self.gateway_url)
             self.stats.abandoned_threads = self._threads.abandoned
         return self.stats
 

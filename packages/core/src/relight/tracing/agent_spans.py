@@ -15,7 +15,7 @@ Start a span where the framework reports the call starting, in the agent's conte
 tagged with the right attempt even when the framework reports the end from elsewhere. Outside a
 rollout attempt nothing is recorded and the ``start_*`` functions return None. A role span opened
 before its call is made (no ``start_time``) also names the role in the call's request, so the gateway
-serves the call by its role's policy (:mod:`relight.tracing.call_role`); ending it stops that.
+serves the call by its role's policy (:mod:`relight.tracing.request_role`); ending it stops that.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from opentelemetry.trace import Span, Status, StatusCode
 from relight import semconv
 from relight.records import SpanKind
 from relight.tracing import otel as tracing
-from relight.tracing.call_role import call_ended, call_starts
 from relight.tracing.context import current_attempt
+from relight.tracing.request_role import call_ended, call_starts
 
 __all__ = [
     "MAX_TOOL_TEXT",

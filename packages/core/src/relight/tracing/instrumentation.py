@@ -2,7 +2,7 @@
 
 An adapter is an :class:`Instrumentor` registered through the ``relight_register_adapters`` hook
 (see :mod:`relight.hookspecs`). Its ``instrument()`` attaches relight to the framework's own
-callback mechanism, so the user's agent code stays as it is; :mod:`relight.tracing.roles` holds what it
+callback mechanism, so the user's agent code stays as it is; :mod:`relight.tracing.agent_spans` holds what it
 records. Writing one::
 
     class MyFrameworkAdapter(Instrumentor):

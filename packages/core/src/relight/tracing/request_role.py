@@ -6,7 +6,7 @@ serves it. The agent's process knows it at that moment, from one of these, first
 
 1. :func:`role`, a context manager a plain-Python agent wraps its calls in (``with relight.role("writer"):``);
    an adapter's role span does the same for the call it covers when it opens before the call is made
-   (:func:`relight.tracing.roles.start_role_span`: LangGraph's callbacks, the Agents SDK's spans);
+   (:func:`relight.tracing.agent_spans.start_role_span`: LangGraph's callbacks, the Agents SDK's spans);
 2. the ``relight.role`` entry of the OpenTelemetry baggage in the current context, for agents that
    already name their parts with OpenTelemetry;
 3. a *role source* an adapter added (:func:`add_role_source`): a function that reads the framework's

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 
 from relight.records import Rollout, RolloutRequest, Transition
-from relight.transitions.signal import flat_groups, group_key
+from relight.transitions.learning_signal import flat_groups, group_key
 
 __all__ = ["flat_groups", "no_signal_warning", "sample_until_signal"]
 

@@ -12,7 +12,7 @@ from pydantic import JsonValue
 from relight.errors import ConfigError
 from relight.gateway import Retokenizer
 from relight.rewards.group import GroupReward
-from relight.runners.group import RunnerGroup
+from relight.runners.remote import RemoteRunners
 from relight.store import DEFAULT_LEASE_SECONDS, Store
 from relight.tracking import ExperimentLogger
 from relight.transitions.builder import TransitionBuilder
@@ -44,7 +44,7 @@ class TrainerOptions:
     store: Store | str | None = None
     n_runners: int = 1
     runner_process: bool = False
-    runners: RunnerGroup | None = None
+    runners: RemoteRunners | None = None
     concurrency: int = 16
     batch_size: int = 8
     n_samples: int = 4

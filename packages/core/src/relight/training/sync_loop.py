@@ -7,7 +7,7 @@ no call is served by weights that are changing. The trainer's group rewards (a j
 :mod:`relight.rewards`) score every group, all at once, between the rollouts' end and the
 transitions; a task sampled again is scored as its new samples alone. With ``dynamic_sampling`` it
 first samples again, at most that many rounds, the tasks whose group has no learning signal
-(:mod:`relight.training.learning_signal`).
+(:mod:`relight.training.dynamic_sampling`).
 Publishing, checkpoints, the metrics file and validation are the trainer's, lent through
 :class:`relight.training.loop.LoopHooks` exactly as to the asynchronous loop.
 """
@@ -24,7 +24,7 @@ from relight.gateway import Gateway
 from relight.records import Resources, Rollout, RolloutRequest, Transition
 from relight.rewards.group import GroupRewards
 from relight.store import Store
-from relight.training.learning_signal import flat_groups, no_signal_warning, sample_until_signal
+from relight.training.dynamic_sampling import flat_groups, no_signal_warning, sample_until_signal
 from relight.training.loop import (
     LoopHooks,
     PolicyCounts,
@@ -35,7 +35,7 @@ from relight.training.loop import (
     step_metrics,
 )
 from relight.training.options import TrainerOptions
-from relight.transitions.signal import group_key
+from relight.transitions.learning_signal import group_key
 from relight.transitions.trained_calls import record_update
 
 __all__ = ["RunBatch", "SyncTraining"]

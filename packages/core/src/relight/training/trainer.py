@@ -41,7 +41,7 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import JsonValue
 from rich.console import Console
 
-from relight._internal import loop as _loop
+from relight._internal import event_loop
 from relight._internal.server import AsgiServer
 from relight.agent import Agent
 from relight.algorithm import Algorithm, UpstreamTarget, algorithm_settings, policy_versions
@@ -51,8 +51,8 @@ from relight.plugins import open_store
 from relight.policies import Policy, per_policy
 from relight.records import Mode, Resources, Rollout, RolloutRequest, RolloutStatus
 from relight.rewards.group import GroupReward, GroupRewards
-from relight.runners.group import RunnerGroup
 from relight.runners.processes import RunnerProcesses
+from relight.runners.remote import RemoteRunners
 from relight.runners.runner import Runner
 from relight.runners.supervisor import RunnerSupervisor
 from relight.store import DEFAULT_LEASE_SECONDS, Store
@@ -162,7 +162,7 @@ class Trainer:
         store: Store | str | None = None,
         n_runners: int = 1,
         runner_process: bool = False,
-        runners: RunnerGroup | None = None,
+        runners: RemoteRunners | None = None,
         concurrency: int = 16,
         batch_size: int = 8,
         n_samples: int = 4,
@@ -250,7 +250,7 @@ class Trainer:
 
         ``dashboard=True`` serves ``relight dashboard`` of the run's store while it trains and prints its URL.
         """
-        return _loop.run(self.afit(agent, train_dataset, val_dataset, dashboard=dashboard))
+        return event_loop.run(self.afit(agent, train_dataset, val_dataset, dashboard=dashboard))
 
     async def afit(
         self,
@@ -608,7 +608,7 @@ class Trainer:
         timeout: float | None = DEV_TIMEOUT,
     ) -> list[DevResult]:
         """Run each task once against ``base_url`` (or the algorithm's policy) and print what happened."""
-        return _loop.run(
+        return event_loop.run(
             self.adev(
                 agent,
                 dataset,

@@ -385,7 +385,7 @@ def _join(llm_spans: Sequence[Span], role_spans: Sequence[Span]) -> list[_Joined
 
 
 def _arrival_role(llm: Span) -> str | None:
-    """The role the call named when it reached the gateway (see :mod:`relight.tracing.call_role`): it decided
+    """The role the call named when it reached the gateway (see :mod:`relight.tracing.request_role`): it decided
     which policy served the call, so it wins over any join."""
     role = llm.attributes.get(semconv.ROLE)
     return role if isinstance(role, str) and role else None

@@ -4,7 +4,7 @@ GRPO (and REINFORCE++, which subtracts the group mean first) gives every transit
 whose rewards are all equal an advantage of exactly zero: such a group costs a forward and a
 backward pass and teaches nothing, so algorithms skip it. The trainer's record of what an update
 trained (:mod:`relight.transitions.trained_calls`) and its warning about a step without signal
-(:mod:`relight.training.learning_signal`) both use this one definition.
+(:mod:`relight.training.dynamic_sampling`) both use this one definition.
 
 With several policies a group is a policy's calls of one group id: each policy normalises its own
 advantages, so one task's group can be flat for the checker (every verdict rewarded alike) and not

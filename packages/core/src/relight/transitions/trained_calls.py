@@ -40,7 +40,7 @@ from relight.records import Span, SpanKind, Transition
 from relight.store import Store
 from relight.tracing.hook_failures import hook_failed
 from relight.transitions.drops import DropReason, mark_attempts
-from relight.transitions.signal import GroupKey, flat_groups, group_key
+from relight.transitions.learning_signal import GroupKey, flat_groups, group_key
 
 __all__ = [
     "TRAINED_SPAN",
@@ -98,7 +98,7 @@ async def record_trained(
     """After an update to policy ``version``: one ``relight.trained`` span on each attempt it trained on.
 
     Advantages are asked for the whole batch (REINFORCE++ whitens over it); the transitions of the
-    groups in ``left_out`` (``(policy, group_id)``, see :mod:`relight.transitions.signal`) are then not listed.
+    groups in ``left_out`` (``(policy, group_id)``, see :mod:`relight.transitions.learning_signal`) are then not listed.
     An algorithm training several policies (``policy_versions``) has each call stamped with its policy's version.
     """
     versions = policy_versions(algorithm) or {}

@@ -24,7 +24,7 @@ import torch
 from pydantic import JsonValue
 
 from relight.records import Transition
-from relight.transitions.signal import flat_groups, group_key
+from relight.transitions.learning_signal import flat_groups, group_key
 from relight_torch.algorithms.advantages import episode_weights, grpo_advantages, reinforce_pp_advantages
 from relight_torch.algorithms.anchors import anchor_missing_logprobs
 from relight_torch.algorithms.objectives import PolicyGradientLoss

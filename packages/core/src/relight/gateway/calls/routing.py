@@ -6,7 +6,7 @@ each policy's LoRA adapter under it). A call that asks for the run's model (the 
 to use) and names a role a policy names goes upstream with ``model`` set to that policy's name; its
 answer still names the model the client asked for. A call whose role no policy names goes upstream
 unchanged, served by the base model. A call whose request names no role (see
-:mod:`relight.tracing.call_role`) goes upstream unchanged too, and its span says so
+:mod:`relight.tracing.request_role`) goes upstream unchanged too, and its span says so
 (``relight.policy.unrouted``): it is never guessed.
 """
 
@@ -23,7 +23,7 @@ from relight import semconv
 from relight.errors import ConfigError
 from relight.gateway.errors import GatewayError
 from relight.policies import Policies, Policy, as_policies
-from relight.tracing.call_role import BAGGAGE_HEADER, role_of_baggage
+from relight.tracing.request_role import BAGGAGE_HEADER, role_of_baggage
 
 __all__ = ["PolicyRouter", "Routed", "role_of_headers"]
 

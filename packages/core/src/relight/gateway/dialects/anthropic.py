@@ -3,7 +3,7 @@
 Agents built on the Anthropic SDK, the Claude Agent SDK or Claude-Code-style harnesses can point
 at a local policy through the gateway (``base_url`` is the attempt's URL without ``/v1``; the
 API key goes in ``x-api-key``, as Anthropic's clients send it). Like the Responses API
-(:mod:`relight.gateway.responses`), each request is translated into a chat request, which the
+(:mod:`relight.gateway.dialects.responses`), each request is translated into a chat request, which the
 gateway runs and records as its own (one LLM span, exact token ids and logprobs, the span's
 response id being the ``msg_…`` id the client sees), and the reply is translated back, whole or as
 Anthropic's stream events. Errors come back in Anthropic's shape
@@ -21,7 +21,7 @@ templates take system turns anywhere; a template that does not makes the upstrea
 
 A prompt past the model's context is answered as Anthropic answers it (400 ``invalid_request_error``,
 "prompt is too long: N tokens > M maximum"), and a ``max_tokens`` past what the context leaves is
-capped (:mod:`relight.gateway.overflow`).
+capped (:mod:`relight.gateway.calls.overflow`).
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ import json
 from collections.abc import Mapping
 from typing import Any, cast
 
+from relight.gateway.calls.overflow import anthropic_message
 from relight.gateway.errors import GatewayError
-from relight.gateway.overflow import anthropic_message
 
 __all__ = ["MessageStream", "chat_request", "error_body", "error_body_of", "message_from_chat", "sse"]
 

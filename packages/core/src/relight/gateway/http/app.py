@@ -10,7 +10,7 @@ their usual exceptions with our reason in them.
 Each handler is the same few steps, which a new endpoint reuses: :func:`gateway_of` the request,
 :meth:`Gateway.session`, :func:`read_json`, then :meth:`Gateway.complete` or :meth:`Gateway.stream`
 (which forward to the rollout's replica and record the LLM span), then :func:`json_response` or
-:func:`sse_response`. ``/v1/responses`` translates with :mod:`relight.gateway.responses` around a chat call.
+:func:`sse_response`. ``/v1/responses`` translates with :mod:`relight.gateway.dialects.responses` around a chat call.
 """
 
 from __future__ import annotations
@@ -28,15 +28,16 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from relight._internal.ids import random_hex
-from relight.gateway import _json, anthropic, responses
+from relight.gateway import _json
+from relight.gateway.calls.record import TraceParent
+from relight.gateway.calls.routing import role_of_headers
+from relight.gateway.calls.validate import check_content_type
+from relight.gateway.dialects import anthropic, responses
 from relight.gateway.errors import GatewayError, UpstreamError, error_body
-from relight.gateway.hot import ErrorHandler, HotRoutes
-from relight.gateway.record import TraceParent
-from relight.gateway.routing import role_of_headers
+from relight.gateway.http.fast_routes import ErrorHandler, HotRoutes
 from relight.gateway.sessions import attempt_of_request
 from relight.gateway.upstreams import Endpoint, UpstreamPool
 from relight.gateway.urls import ATTEMPT_SCOPE, END_ATTEMPT
-from relight.gateway.validate import check_content_type
 from relight.tracing.context import AttemptRef
 
 __all__ = ["SCOPES", "create_app", "gateway_of", "json_response", "note_refusal", "read_json", "sse_response"]
@@ -309,7 +310,7 @@ async def _openai_events(bursts: AsyncIterator[Iterator[Json]]) -> AsyncIterator
 
 
 async def _responses(request: Request) -> Response:
-    """The Responses API, translated to a chat call by :mod:`relight.gateway.responses` and recorded as one."""
+    """The Responses API, translated to a chat call by :mod:`relight.gateway.dialects.responses` and recorded as one."""
     gateway = gateway_of(request)
     session = await gateway.session(request)
     body = await read_json(request)
@@ -344,7 +345,8 @@ async def _responses(request: Request) -> Response:
 
 
 async def _messages(request: Request) -> Response:
-    """Anthropic's Messages API, translated to a chat call by :mod:`relight.gateway.anthropic`; errors in its shape."""
+    """Anthropic's Messages API, translated to a chat call by :mod:`relight.gateway.dialects.anthropic`; errors in
+    its shape."""
     try:
         return await _serve_messages(request)
     except GatewayError as error:

@@ -1,68 +1,27 @@
-"""Where the gateway sends calls: OpenAI-compatible servers and in-process engines, behind one protocol.
+"""An OpenAI-compatible server as an upstream: asks a vLLM-style server for token ids and logprobs.
 
-An :class:`Upstream` takes an OpenAI request body and answers in the vLLM dialect: the OpenAI
-response plus ``prompt_token_ids`` and ``choices[].token_ids`` (and logprobs), whole or as stream
-chunks. :class:`OpenAIUpstream` asks a vLLM-style server for those fields; :class:`EngineUpstream`
-builds them from a :class:`relight.engine.Engine`'s generation. The gateway never needs to know
-which one it talks to. :class:`UpstreamPool` keeps each rollout on one replica.
+:class:`OpenAIUpstream` finds out which of vLLM's fields the server takes, and cuts a stream into the
+bursts of chunks that arrived together.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import time
-from collections import OrderedDict
-from collections.abc import AsyncIterator, Generator, Iterable, Iterator, Sequence
-from contextlib import contextmanager
-from typing import Any, Literal, Protocol, cast, runtime_checkable
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, cast
 
 from relight._internal.http import HttpClient, HttpResponse
-from relight.algorithm import UpstreamTarget
-from relight.engine import (
-    ContextLengthError,
-    Engine,
-    EngineRequestError,
-    Generation,
-    GenerationRequest,
-    SamplingParams,
-    TokenLogprob,
-)
 from relight.gateway import _json
 from relight.gateway.errors import UpstreamError
-from relight.gateway.overflow import ContextOverflow
+from relight.gateway.upstreams.protocol import Endpoint, Json
 
-__all__ = ["Endpoint", "EngineUpstream", "OpenAIUpstream", "Upstream", "UpstreamPool", "as_upstream", "bursts_of"]
-
-Endpoint = Literal["chat", "completions"]
-"""``/v1/chat/completions`` or ``/v1/completions``."""
-
-Json = dict[str, Any]
+__all__ = ["UPSTREAM_KEEP_ALIVE_SECONDS", "OpenAIUpstream"]
 
 logger = logging.getLogger(__name__)
 
 _PATHS: dict[Endpoint, str] = {"chat": "/chat/completions", "completions": "/completions"}
 _JSON = "application/json"
-
-
-@runtime_checkable
-class Upstream(Protocol):
-    """A model server as the gateway sees it. Raises :class:`UpstreamError` when it fails."""
-
-    name: str
-    """Recorded on each LLM span (``relight.upstream``)."""
-
-    async def complete(self, endpoint: Endpoint, body: Json) -> Json:
-        """The whole response to ``body``, with token ids and logprobs where the server gives them."""
-        ...
-
-    def stream(self, endpoint: Endpoint, body: Json) -> AsyncIterator[Json]:
-        """The response as stream chunks (``body`` has ``stream: true``)."""
-        ...
-
-    async def models(self) -> list[str]: ...
-
-    async def aclose(self) -> None: ...
 
 
 UPSTREAM_KEEP_ALIVE_SECONDS = 2.0
@@ -264,230 +223,6 @@ class OpenAIUpstream:
         if self._http is not None:
             await self._http.aclose()
             self._http = None
-
-
-class EngineUpstream:
-    """An in-process :class:`relight.engine.Engine`, answering as a vLLM server would."""
-
-    def __init__(self, engine: Engine, *, name: str = "engine") -> None:
-        self.engine = engine
-        self.name = name
-
-    async def complete(self, endpoint: Endpoint, body: Json) -> Json:
-        request = _generation_request(endpoint, body)
-        try:
-            generation = await self.engine.generate(request)
-        except ContextLengthError as error:
-            overflow = ContextOverflow(error.context_length, error.prompt_tokens, error.max_tokens)
-            raise UpstreamError(error.message, status_code=400, param=error.param, overflow=overflow) from error
-        except EngineRequestError as error:
-            raise UpstreamError(error.message, status_code=error.status_code, param=error.param) from error
-        except ValueError as error:  # the engine's contract for a request it cannot serve: the client's to fix
-            raise UpstreamError(f"engine {self.name!r} refused the request: {error}", status_code=400) from error
-        except Exception as error:
-            raise UpstreamError(f"engine {self.name!r} failed: {error!r}") from error
-        return _engine_response(endpoint, generation)
-
-    async def stream(self, endpoint: Endpoint, body: Json) -> AsyncIterator[Json]:
-        for chunk in _as_chunks(endpoint, await self.complete(endpoint, body)):
-            yield chunk
-
-    async def models(self) -> list[str]:
-        return self.engine.models()
-
-    async def aclose(self) -> None:
-        return None
-
-
-def bursts_of(upstream: Upstream, endpoint: Endpoint, body: Json) -> AsyncIterator[Iterable[Json]]:
-    """``upstream``'s stream, the chunks that arrived together as one iterable (:meth:`OpenAIUpstream.bursts`),
-    or one by one from any other upstream. Read each to its end before asking for the next."""
-    if isinstance(upstream, OpenAIUpstream):
-        return upstream.bursts(endpoint, body)
-    return _one_by_one(upstream.stream(endpoint, body))
-
-
-async def _one_by_one(chunks: AsyncIterator[Json]) -> AsyncIterator[Iterable[Json]]:
-    async for chunk in chunks:
-        yield (chunk,)
-
-
-def as_upstream(target: UpstreamTarget | Upstream) -> Upstream:
-    """An upstream for an engine, a base URL, or an upstream as is."""
-    if isinstance(target, str):
-        return OpenAIUpstream(target)
-    if isinstance(target, Engine):
-        return EngineUpstream(target)
-    return target
-
-
-class UpstreamPool:
-    """Replicas of one policy. A rollout stays on the replica it first got (its prefix cache is there);
-    a new rollout goes to the replica with the fewest calls in flight, then the fewest rollouts."""
-
-    def __init__(self, upstreams: Sequence[Upstream], *, max_remembered: int = 65536) -> None:
-        if not upstreams:
-            raise ValueError("upstreams must name at least one model server or engine")
-        self.upstreams = list(upstreams)
-        self._in_flight = [0] * len(self.upstreams)
-        self._rollouts = [0] * len(self.upstreams)
-        self._sticky: OrderedDict[str, int] = OrderedDict()
-        self._max_remembered = max_remembered
-
-    def replica_of(self, rollout_id: str) -> int:
-        index = self._sticky.get(rollout_id)
-        if index is not None:
-            self._sticky.move_to_end(rollout_id)
-            return index
-        index = min(range(len(self.upstreams)), key=lambda i: (self._in_flight[i], self._rollouts[i]))
-        self._sticky[rollout_id] = index
-        self._rollouts[index] += 1
-        if len(self._sticky) > self._max_remembered:
-            _, forgotten = self._sticky.popitem(last=False)
-            self._rollouts[forgotten] -= 1
-        return index
-
-    @contextmanager
-    def use(self, rollout_id: str) -> Generator[Upstream]:
-        """The rollout's replica, counted as busy for the duration."""
-        index = self.replica_of(rollout_id)
-        self._in_flight[index] += 1
-        try:
-            yield self.upstreams[index]
-        finally:
-            self._in_flight[index] -= 1
-
-    async def aclose(self) -> None:
-        for upstream in self.upstreams:
-            await upstream.aclose()
-
-
-# -- engine requests and vLLM-dialect responses ---------------------------------------------------
-
-
-def _generation_request(endpoint: Endpoint, body: Json) -> GenerationRequest:
-    stop = body.get("stop")
-    sampling = SamplingParams(
-        temperature=_number(body, "temperature", 1.0),
-        top_p=_number(body, "top_p", 1.0),
-        max_tokens=body.get("max_completion_tokens") or body.get("max_tokens"),
-        stop=(stop,) if isinstance(stop, str) else tuple(cast(list[str], stop or ())),
-        seed=body.get("seed"),
-    )
-    model = str(body.get("model", ""))
-    if endpoint == "chat":
-        return GenerationRequest(
-            model=model,
-            messages=body["messages"],
-            tools=body.get("tools"),
-            sampling=sampling,
-            tool_choice=body.get("tool_choice"),
-            response_format=body.get("response_format"),
-            top_logprobs=int(body.get("top_logprobs") or 0) if body.get("logprobs") else 0,
-        )
-    prompt = body.get("prompt")
-    if not isinstance(prompt, str):
-        raise UpstreamError("an in-process engine takes a text prompt, not token ids", status_code=400, param="prompt")
-    logprobs = body.get("logprobs")
-    top = logprobs if isinstance(logprobs, int) and not isinstance(logprobs, bool) else 0
-    return GenerationRequest(model=model, prompt=prompt, sampling=sampling, top_logprobs=top)
-
-
-def _engine_response(endpoint: Endpoint, generation: Generation) -> Json:
-    ids, logprobs = generation.response_token_ids, generation.response_logprobs
-    usage = {
-        "prompt_tokens": len(generation.prompt_token_ids),
-        "completion_tokens": len(ids),
-        "total_tokens": len(generation.prompt_token_ids) + len(ids),
-    }
-    response: Json = {"created": int(time.time()), "model": generation.model, "usage": usage}
-    if generation.policy_version is not None:
-        response["policy_version"] = generation.policy_version
-    if generation.policy_version_segments:
-        response["policy_version_segments"] = [list(segment) for segment in generation.policy_version_segments]
-    if endpoint == "chat":
-        message: Json = {"role": "assistant", "content": generation.text or None}
-        if generation.tool_calls:
-            message["tool_calls"] = generation.tool_calls
-        content = [
-            {**_chat_token(token), "top_logprobs": [_chat_token(top) for top in tops]}
-            for token, tops in zip(_tokens(generation), _tops(generation), strict=True)
-        ]
-        choice: Json = {"index": 0, "message": message, "logprobs": {"content": content}, "token_ids": ids}
-        response |= {
-            "id": "chatcmpl-engine",
-            "object": "chat.completion",
-            "prompt_token_ids": generation.prompt_token_ids,
-        }
-    else:
-        tokens = [token.token for token in _tokens(generation)]
-        top = [{t.token: t.logprob for t in tops} for tops in _tops(generation)] if generation.top_logprobs else None
-        completion_logprobs = {"tokens": tokens, "token_logprobs": logprobs, "top_logprobs": top, "text_offset": []}
-        choice = {
-            "index": 0,
-            "text": generation.text,
-            "logprobs": completion_logprobs,
-            "token_ids": ids,
-            "prompt_token_ids": generation.prompt_token_ids,
-        }
-        response |= {"id": "cmpl-engine", "object": "text_completion"}
-    choice["finish_reason"] = generation.finish_reason
-    response["choices"] = [choice]
-    return response
-
-
-def _tokens(generation: Generation) -> list[TokenLogprob]:
-    """The sampled tokens as the engine describes them, or as ``token_id:N`` where it cannot."""
-    if generation.tokens is not None:
-        return generation.tokens
-    pairs = zip(generation.response_token_ids, generation.response_logprobs, strict=True)
-    return [TokenLogprob(f"token_id:{t}", t, [], lp) for t, lp in pairs]
-
-
-def _tops(generation: Generation) -> list[list[TokenLogprob]]:
-    return generation.top_logprobs or [[] for _ in generation.response_token_ids]
-
-
-def _chat_token(token: TokenLogprob) -> Json:
-    return {"token": token.token, "logprob": token.logprob, "bytes": token.bytes or None}
-
-
-def _as_chunks(endpoint: Endpoint, response: Json) -> list[Json]:
-    """A whole response cut into the stream chunks a vLLM server would have sent."""
-    (choice,) = response["choices"]
-    head = {key: response[key] for key in ("id", "created", "model") if key in response}
-    extra = {key: response[key] for key in ("policy_version", "policy_version_segments") if key in response}
-    if endpoint == "completions":
-        return [
-            {**head, **extra, "object": "text_completion", "choices": [choice]},
-            {**head, "object": "text_completion", "choices": [], "usage": response["usage"]},
-        ]
-    head["object"] = "chat.completion.chunk"
-    message = choice["message"]
-    first: Json = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
-    body: Json = {
-        "index": 0,
-        "delta": {"content": message.get("content") or ""},
-        "logprobs": choice["logprobs"],
-        "finish_reason": None,
-        "token_ids": choice["token_ids"],
-    }
-    chunks = [
-        {**head, **extra, "choices": [first], "prompt_token_ids": response["prompt_token_ids"]},
-        {**head, "choices": [body]},
-    ]
-    for index, call in enumerate(message.get("tool_calls") or ()):
-        delta: Json = {"tool_calls": [{"index": index, **call}]}
-        chunks.append({**head, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}]})
-    last: Json = {"index": 0, "delta": {}, "logprobs": None, "finish_reason": choice["finish_reason"]}
-    chunks.append({**head, "choices": [last]})
-    chunks.append({**head, "choices": [], "usage": response["usage"]})
-    return chunks
-
-
-def _number(body: Json, key: str, default: float) -> float:
-    value = body.get(key)
-    return default if value is None else float(value)
 
 
 def _error_message(content: bytes) -> str:
