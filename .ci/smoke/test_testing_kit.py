@@ -8,7 +8,8 @@ import pytest
 
 from relight.store import Store
 from relight.stores import InMemoryStore
-from relight_testing.store import ManualClock, StoreConformance
+from relight_testing.clock import ManualClock
+from relight_testing.store import StoreConformance
 
 
 class TestInMemoryStore(StoreConformance):

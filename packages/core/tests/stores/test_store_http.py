@@ -17,8 +17,9 @@ from relight.stores.http import HttpStore
 from relight.stores.http.server import check_exposure, create_app, running_server
 from relight.stores.memory import InMemoryStore
 from relight.stores.sqlite import SqliteStore
+from relight_testing.clock import ManualClock
 from relight_testing.faults import DroppingProxy
-from relight_testing.store import SETTLE, ManualClock, StoreConformance, make_span
+from relight_testing.store import SETTLE, StoreConformance, make_span
 
 
 class TestHttpStoreOverSqlite(StoreConformance):

@@ -6,7 +6,8 @@ import pytest
 from relight.records import RolloutRequest, RolloutStatus
 from relight.store import Store
 from relight.stores.memory import InMemoryStore
-from relight_testing.store import SETTLE, ManualClock, StoreConformance
+from relight_testing.clock import ManualClock
+from relight_testing.store import SETTLE, StoreConformance
 
 
 class TestInMemoryStore(StoreConformance):

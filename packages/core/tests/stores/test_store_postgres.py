@@ -14,8 +14,9 @@ from relight.errors import ConfigError, StoreError
 from relight.records import AttemptStatus, RolloutRequest, RolloutStatus
 from relight.store import Store
 from relight.stores.http import HttpStore
+from relight_testing.clock import ManualClock
 from relight_testing.postgres import PostgresServer, postgres_unavailable
-from relight_testing.store import SETTLE, ManualClock, StoreConformance, make_span
+from relight_testing.store import SETTLE, StoreConformance, make_span
 from relight_testing.store_summaries import check_migrated, fill_varied, summaries_from_spans
 
 _UNAVAILABLE = postgres_unavailable()

@@ -12,7 +12,8 @@ from relight.records import AttemptStatus, RolloutRequest
 from relight.store import Store
 from relight.stores.sqlite import SqliteStore
 from relight.summaries import RolloutSummary, SummaryFilter
-from relight_testing.store import ManualClock, StoreConformance, make_span
+from relight_testing.clock import ManualClock
+from relight_testing.store import StoreConformance, make_span
 from relight_testing.store_summaries import check_migrated, fill_varied, summaries_from_spans
 
 

@@ -3,7 +3,8 @@
 A backend proves itself with one subclass that says how to make a fresh, empty store on a given
 clock (pytest-asyncio in auto mode runs the async tests)::
 
-    from relight_testing.store import ManualClock, StoreConformance
+    from relight_testing.clock import ManualClock
+    from relight_testing.store import StoreConformance
 
     class TestMyStore(StoreConformance):
         @pytest.fixture
@@ -12,14 +13,13 @@ clock (pytest-asyncio in auto mode runs the async tests)::
             yield store
             await store.close()
 
-Leases run on the injected :class:`ManualClock`, so expiry is tested by moving the clock rather
+Leases run on the injected :class:`~relight_testing.clock.ManualClock`, so expiry is tested by moving the clock rather
 than by waiting; ``timeout`` arguments run on real time and are kept short.
 """
 
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -34,35 +34,19 @@ from relight.records import (
 )
 from relight.semconv import REWARD, SPAN_KIND
 from relight.store import Store
+from relight_testing.clock import ManualClock
 from relight_testing.store_inputs import StoreInputConformance, make_span
 from relight_testing.store_inputs import claimed as _claimed
 from relight_testing.store_inputs import queued as _queued
 from relight_testing.store_records import RecordConformance
 from relight_testing.store_summaries import SummaryConformance
 
-__all__ = ["ManualClock", "StoreConformance", "make_span"]
+__all__ = ["StoreConformance", "make_span"]
 
 SETTLE = 10.0
 """How long a test waits for something that should happen at once; reached only when broken."""
 STILL_WAITING = 0.1
 """How long a test lets a waiter run to show that it keeps waiting when it should."""
-
-
-class ManualClock:
-    """A wall clock that moves only when told to, so lease expiry is tested without waiting."""
-
-    def __init__(self, start: float = 1_700_000_000.0) -> None:
-        self._now = start
-        self._lock = threading.Lock()
-
-    def __call__(self) -> float:
-        return self._now
-
-    def advance(self, seconds: float) -> float:
-        """Move time forward (from any thread) and return the new time."""
-        with self._lock:
-            self._now += seconds
-            return self._now
 
 
 async def _still_waiting(task: asyncio.Task[object]) -> bool:

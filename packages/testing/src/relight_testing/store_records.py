@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-from typing import TYPE_CHECKING
 
 import pytest
 
@@ -19,10 +18,8 @@ from relight.errors import ConfigError, InvalidStateError, LeaseLostError, NotFo
 from relight.records import AttemptStatus, Mode, RolloutRequest, RolloutStatus
 from relight.store import Store
 from relight.summaries import SummaryFilter
+from relight_testing.clock import ManualClock
 from relight_testing.store_inputs import make_span, queued
-
-if TYPE_CHECKING:  # the kit's main module imports this one
-    from relight_testing.store import ManualClock
 
 __all__ = ["RecordConformance"]
 

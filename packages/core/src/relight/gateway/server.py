@@ -20,10 +20,11 @@ from pydantic import JsonValue
 from starlette.requests import Request
 
 from relight import semconv
+from relight._internal.ids import random_hex
 from relight._internal.server import AsgiServer
 from relight.algorithm import UpstreamTarget
 from relight.gateway.calls.overflow import ContextOverflow, openai_message, overflow_of
-from relight.gateway.calls.record import Exchange, TraceParent, random_hex
+from relight.gateway.calls.record import Exchange, TraceParent
 from relight.gateway.calls.retokenize import HuggingFaceRetokenizer, Retokenizer
 from relight.gateway.calls.routing import PolicyRouter
 from relight.gateway.calls.validate import check_request

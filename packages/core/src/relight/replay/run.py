@@ -17,10 +17,10 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from relight._internal.ids import random_hex
 from relight.agent import Agent
 from relight.errors import ConfigError
 from relight.gateway import Gateway, OpenAIUpstream
-from relight.gateway.calls.record import random_hex
 from relight.records import Rollout, RolloutRequest, Span
 from relight.replay.recording import RecordedExchange, Recording, read_recording
 from relight.replay.script import Divergence, ReplayScript

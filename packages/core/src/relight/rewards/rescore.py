@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from relight import semconv
+from relight._internal.ids import random_hex
 from relight.errors import ConfigError
-from relight.gateway.calls.record import random_hex
 from relight.records import AttemptStatus, Mode, Rollout, RolloutStatus, Span, SpanKind
 from relight.rewards.group import GroupReward, Sample
 from relight.rewards.recorded import RewardFunction, recorded_rollout

@@ -20,7 +20,7 @@ from relight.gateway.upstreams import Endpoint
 from relight.records import Span, SpanKind
 from relight.tracing.context import AttemptRef
 
-__all__ = ["Exchange", "TraceParent", "random_hex"]
+__all__ = ["Exchange", "TraceParent"]
 
 Json = dict[str, Any]
 
