@@ -23,7 +23,8 @@ from relight.integrity import verify_store
 from relight.records import Span, SpanKind, Transition
 from relight.scripted import Script, ScriptedUpstream
 from relight.stores.memory import InMemoryStore
-from relight.training.trainer import DevResult, Trainer
+from relight.training.dev_report import DevResult
+from relight.training.trainer import Trainer
 from relight.transitions.builder import RoleFilter, TransitionBuilder
 from relight_testing.models import smollm2_path  # noqa: F401  (the fixture the training tests use)
 

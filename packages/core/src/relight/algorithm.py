@@ -42,16 +42,17 @@ Any algorithm may also say how it is set up, for the run folder's ``run.json`` (
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol, cast, runtime_checkable
 
 from pydantic import JsonValue
 
 from relight.engine import Engine
+from relight.policies import Policy
 from relight.records import Transition
 
-__all__ = ["Algorithm", "UpstreamTarget", "algorithm_settings", "policy_versions"]
+__all__ = ["Algorithm", "UpstreamTarget", "algorithm_settings", "policy_setter", "policy_versions"]
 
 UpstreamTarget = Engine | str
 """Where the policy is served: an in-process engine, or an OpenAI-compatible base URL (``http://host:8000/v1``)."""
@@ -108,6 +109,18 @@ def policy_versions(algorithm: object) -> Mapping[str, int] | None:
     if not isinstance(versions, Mapping):
         return None
     return {str(name): int(version) for name, version in cast(Mapping[object, int], versions).items()}
+
+
+def policy_setter(algorithm: object) -> Callable[[dict[str, Policy]], object]:
+    """The algorithm's ``set_policies``. Raises TypeError naming the algorithm when it has none."""
+    setter = getattr(algorithm, "set_policies", None)
+    if not callable(setter):
+        raise TypeError(
+            f"{type(algorithm).__name__} cannot train several policies: it has no set_policies(policies) method. "
+            "Train one policy (leave policies out, or use a role filter: TransitionBuilder(roles=...)), or use an "
+            "algorithm that trains one per role"
+        )
+    return cast(Callable[[dict[str, Policy]], object], setter)
 
 
 def algorithm_settings(algorithm: object) -> dict[str, JsonValue]:

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from relight.scripted import ScriptedUpstream, echo, run_dev_example
-from relight.training.trainer import DevResult
+from relight.training.dev_report import DevResult
 from relight_testing.agents import CALLS, three_calls, three_calls_async
 from relight_testing.examples import example_file
 

@@ -34,7 +34,8 @@ from relight import semconv
 from relight.agent import Agent
 from relight.records import RolloutStatus, Span, SpanKind, Transition
 from relight.stores.memory import InMemoryStore
-from relight.training.trainer import DevResult, Trainer
+from relight.training.dev_report import DevResult
+from relight.training.trainer import Trainer
 from relight.transitions.builder import TransitionBuilder
 from relight_testing.compat import Reference, check_recorded_span
 

@@ -10,20 +10,19 @@ import asyncio
 import multiprocessing
 import os
 import signal
-from collections.abc import Mapping
 from multiprocessing.context import SpawnProcess
-from typing import Any
+from typing import Unpack
 
 from relight._internal import event_loop
 from relight.agent import Agent
 from relight.errors import ConfigError
 from relight.plugins import open_store
-from relight.runners.runner import Runner
+from relight.runners.runner import Runner, RunnerOptions
 
 __all__ = ["RunnerProcesses", "run_runner_process"]
 
 
-def run_runner_process(agent: Agent, store_url: str, options: Mapping[str, Any]) -> None:
+def run_runner_process(agent: Agent, store_url: str, options: RunnerOptions) -> None:
     """A runner process's main: run ``Runner(agent, open_store(store_url), **options)`` until SIGTERM or SIGINT."""
 
     async def main() -> None:
@@ -75,7 +74,7 @@ class RunnerProcesses:
         options: keyword arguments of :class:`Runner` (``gateway_url``, ``model``, ``concurrency``, …).
     """
 
-    def __init__(self, count: int, agent: Agent, store_url: str, **options: Any) -> None:
+    def __init__(self, count: int, agent: Agent, store_url: str, **options: Unpack[RunnerOptions]) -> None:
         if count < 1:
             raise ConfigError(f"the number of runner processes must be at least 1, got {count}")
         self._context = multiprocessing.get_context("spawn")
@@ -85,7 +84,7 @@ class RunnerProcesses:
         self.processes: list[SpawnProcess] = [self._process(index) for index in range(count)]
 
     def _process(self, index: int) -> SpawnProcess:
-        own = dict(self._options)
+        own = RunnerOptions(**self._options)
         if "worker_id" in own:
             own["worker_id"] = f"{own['worker_id']}-{index}"
         return self._context.Process(

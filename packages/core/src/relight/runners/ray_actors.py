@@ -15,14 +15,14 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Unpack
 from urllib.parse import urlsplit, urlunsplit
 
 from relight.agent import Agent, FunctionAgent, load_agent
 from relight.errors import ConfigError
 from relight.plugins import open_store
 from relight.records import new_id
-from relight.runners.runner import Runner, RunnerStats
+from relight.runners.runner import Runner, RunnerOptions, RunnerStats
 
 __all__ = ["RayRunners", "agent_path"]
 
@@ -45,16 +45,16 @@ def agent_path(agent: Agent) -> str:
 class RunnerActor:
     """One runner in a Ray actor (Ray's async actor: ``run`` and ``stop`` share the actor's event loop)."""
 
-    def __init__(self, agent: str, store_url: str, options: Mapping[str, Any]) -> None:
+    def __init__(self, agent: str, store_url: str, options: RunnerOptions) -> None:
         self._agent = load_agent(agent)
         self._store_url = store_url
-        self._options = dict(options)
+        self._options = options
         self._runner: Runner | None = None
 
     async def run(self) -> dict[str, int]:
         """Run until :meth:`stop`; returns the runner's stats."""
         ray = _ray()
-        options = dict(self._options)
+        options = RunnerOptions(**self._options)
         if "worker_id" not in options:  # which node ran an attempt shows in its worker id
             node = ray.get_runtime_context().get_node_id()[:12]
             options["worker_id"] = f"{socket.gethostname()}-{os.getpid()}-node-{node}-{new_id('w')}"
@@ -109,15 +109,14 @@ class RayRunners:
         self.actors: list[Any] = []
         self._runs: list[Any] = []
 
-    def start(self, agent: Agent, store_url: str, **options: Any) -> None:
+    def start(self, agent: Agent, store_url: str, **options: Unpack[RunnerOptions]) -> None:
         """Place the actors and start their runners on ``store_url`` with :class:`Runner` ``options``."""
         ray = _ray()
         if not ray.is_initialized():
             ray.init(address=self.address)
         node_ip = ray.util.get_node_ip_address()
         store_url = reachable(store_url, node_ip)
-        if "gateway_url" in options:
-            options = {**options, "gateway_url": reachable(options["gateway_url"], node_ip)}
+        options["gateway_url"] = reachable(options["gateway_url"], node_ip)
         path = self.agent or agent_path(agent)
         env = {name: os.environ[name] for name in _FORWARDED_ENV if name in os.environ}
         actor_class = ray.remote(RunnerActor).options(
@@ -129,7 +128,7 @@ class RayRunners:
             runtime_env={"env_vars": env} if env else None,
         )
         for index in range(self.count):
-            own = dict(options)
+            own = RunnerOptions(**options)
             if "worker_id" in own:
                 own["worker_id"] = f"{own['worker_id']}-{index}"
             actor = actor_class.remote(path, store_url, own)

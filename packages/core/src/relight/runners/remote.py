@@ -5,16 +5,19 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol, Unpack
 
 from relight.agent import Agent
+from relight.runners.runner import RunnerOptions
 
 __all__ = ["RemoteRunners"]
 
 
 class RemoteRunners(Protocol):
-    def start(self, agent: Agent, store_url: str, **options: Any) -> None:
-        """Start runners of ``agent`` on the store at ``store_url`` (``options``: :class:`relight.Runner`'s)."""
+    """Runners beyond this process that a trainer starts on its store and gateway, and stops at the end."""
+
+    def start(self, agent: Agent, store_url: str, **options: Unpack[RunnerOptions]) -> None:
+        """Start runners of ``agent`` on the store at ``store_url``, each made with ``options``."""
         ...
 
     def stop(self) -> object:

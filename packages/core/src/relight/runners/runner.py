@@ -34,7 +34,7 @@ import traceback
 from collections import OrderedDict
 from collections.abc import Awaitable
 from dataclasses import dataclass, replace
-from typing import Any, cast
+from typing import Any, NotRequired, TypedDict, cast
 
 from relight._internal.http import HttpClient
 from relight._internal.retry import RetryPolicy, retry_async
@@ -61,7 +61,7 @@ store that may be busy, and one at a time would refill free slots no faster than
 _RESOURCES_KEPT = 32
 """Resources versions a runner keeps read (a version never changes); a run's rollouts use one or a few at a time."""
 
-__all__ = ["Runner", "RunnerStats", "is_worker_of", "llm_for"]
+__all__ = ["Runner", "RunnerOptions", "RunnerStats", "is_worker_of", "llm_for"]
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +80,25 @@ class RunnerStats:
     """Threads of sync agents that timed out or were stopped and still run (a thread cannot be killed)."""
     store_outages: int = 0
     """Times the claim loop found the store unreachable and waited for it to come back."""
+
+
+class RunnerOptions(TypedDict):
+    """:class:`Runner`'s keyword arguments, as they travel to runners started elsewhere (processes, Ray actors).
+
+    The trainer's services and ``relight runner`` hand these to :class:`~relight.runners.processes.RunnerProcesses`
+    and :class:`~relight.runners.remote.RemoteRunners`, which make each runner with them; see :class:`Runner`.
+    """
+
+    gateway_url: str
+    model: str
+    concurrency: NotRequired[int]
+    lease_seconds: NotRequired[float]
+    timeout: NotRequired[float | None]
+    mode: NotRequired[Mode | None]
+    worker_id: NotRequired[str | None]
+    claim_wait_seconds: NotRequired[float]
+    heartbeat_seconds: NotRequired[float | None]
+    stop_grace_seconds: NotRequired[float]
 
 
 def llm_for(gateway_url: str, rollout: Rollout, attempt: Attempt, model: str) -> LLM:

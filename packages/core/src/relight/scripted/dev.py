@@ -18,7 +18,8 @@ from pydantic import JsonValue
 from relight.agent import Agent
 from relight.scripted.scripts import Script
 from relight.scripted.server import ScriptedUpstream
-from relight.training.trainer import DevResult, Trainer
+from relight.training.dev_report import DevResult
+from relight.training.trainer import Trainer
 
 __all__ = ["run_dev_example"]
 

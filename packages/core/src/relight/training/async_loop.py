@@ -56,16 +56,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from pydantic import JsonValue
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from relight.algorithm import Algorithm
 from relight.errors import ConfigError
-from relight.gateway import Gateway
 from relight.records import Resources, Rollout, Transition
 from relight.rewards.group import GroupRewards
 from relight.store import Store
 from relight.training.loop import (
+    GatewayControl,
     LoopHooks,
     PolicyCounts,
     Resume,
@@ -75,6 +73,7 @@ from relight.training.loop import (
     step_metrics,
 )
 from relight.training.options import TrainerOptions
+from relight.training.progress import ProgressCount, RunProgress
 from relight.transitions.drops import DropReason, mark_dropped
 from relight.transitions.trained_calls import record_update
 
@@ -171,12 +170,12 @@ class AsyncTraining(TrainingLoop):
     def __init__(
         self,
         store: Store,
-        gateway: Gateway,
+        gateway: GatewayControl,
         algorithm: Algorithm,
         options: TrainerOptions,
         hooks: LoopHooks,
         *,
-        console: Console,
+        progress: RunProgress,
         run_id: str | None = None,
         rewards: GroupRewards | None = None,
     ) -> None:
@@ -184,7 +183,7 @@ class AsyncTraining(TrainingLoop):
         if options.max_staleness is None:
             raise ConfigError("the asynchronous loop needs max_staleness, the versions a sample may lag (0 or more)")
         self.max_staleness: int = options.max_staleness
-        self.console = console
+        self.progress = progress
         self.live = bool(getattr(algorithm, "live_updates", False))
         self._inflight: dict[str, _Group] = {}
         self._ready: list[_Group] = []
@@ -215,15 +214,8 @@ class AsyncTraining(TrainingLoop):
             for task in tasks
             if task.key not in self._done
         )
-        columns = (
-            TextColumn("[bold]async training"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[info]}"),
-        )
-        with Progress(*columns, TimeElapsedColumn(), console=self.console, transient=True) as progress:
-            bar = progress.add_task("groups", total=len(pending), info="")
-            return await self._run(resources, lambda: self._show(progress, bar))
+        with self.progress.count("async training", len(pending), unit="groups") as count:
+            return await self._run(resources, lambda: self._show(count))
 
     def _take_up(self, resume: Resume) -> None:
         """Restore what :meth:`position` saved: tasks done, resample counts, the run's counts, the step."""
@@ -247,7 +239,7 @@ class AsyncTraining(TrainingLoop):
             "totals": {name: getattr(totals, name) for name in _COUNTED},
         }
 
-    def _show(self, progress: Progress, bar: TaskID) -> None:
+    def _show(self, count: ProgressCount) -> None:
         """The progress line: groups done (trained, dropped or aged out), policy version, rate and drops."""
         totals = self._totals
         done = totals.groups_trained + totals.groups_dropped_stale + totals.groups_aged_out - totals.groups_resampled
@@ -256,7 +248,7 @@ class AsyncTraining(TrainingLoop):
             f"v{self.algorithm.policy_version}  {rate:.1f} rollouts/s  {len(self._inflight)} groups in flight  "
             f"dropped {totals.groups_dropped_stale} stale, {totals.groups_aged_out} aged out"
         )
-        progress.update(bar, completed=done, info=info)
+        count.show(done, info)
 
     async def _run(
         self,

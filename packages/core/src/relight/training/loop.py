@@ -1,10 +1,11 @@
 """What the synchronous and asynchronous training loops share: what they work on, enqueue and report.
 
 Both loops work on the store, gateway and algorithm the trainer set up, with the hooks it lends
-them (:class:`LoopHooks`: publishing, checkpoints, validation, progress lines). Both name a task's
-group ``step<n>-task<i>`` (so a run's groups line up whichever loop ran it), enqueue ``n_samples``
-rollouts per group, and report a step's metrics under the same names in the same order: the ones
-the synchronous loop reports first, then each loop's own.
+them (:class:`LoopHooks`: publishing, checkpoints, validation, progress lines). Of the gateway they
+need only what :class:`GatewayControl` names: its spans flushed, and calls held while the weights
+change. Both name a task's group ``step<n>-task<i>`` (so a run's groups line up whichever loop ran
+it), enqueue ``n_samples`` rollouts per group, and report a step's metrics under the same names in
+the same order: the ones the synchronous loop reports first, then each loop's own.
 
 A training rollout's id is ``<run id>-<group>-s<sample>``: enqueueing a step again after a crash
 hands back the rollouts already in the store instead of sampling them twice (see
@@ -17,19 +18,41 @@ from __future__ import annotations
 import statistics
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
+from typing import Protocol
 
 from pydantic import JsonValue
 
 from relight.algorithm import Algorithm, policy_versions
-from relight.gateway import Gateway
 from relight.records import Resources, Rollout, RolloutRequest, RolloutStatus, Transition
 from relight.rewards.group import GroupRewards
 from relight.store import Store
 from relight.training.options import TrainerOptions
 from relight.transitions.builder import TransitionBuilder
 
-__all__ = ["LoopHooks", "PolicyCounts", "Resume", "TrainingLoop", "group_id", "group_requests", "step_metrics"]
+__all__ = [
+    "GatewayControl",
+    "LoopHooks",
+    "PolicyCounts",
+    "Resume",
+    "TrainingLoop",
+    "group_id",
+    "group_requests",
+    "step_metrics",
+]
+
+
+class GatewayControl(Protocol):
+    """What a training loop needs of the gateway in front of the policy (:class:`relight.gateway.Gateway` is one)."""
+
+    async def flush(self) -> None:
+        """Return once the span of every call answered so far is in the store."""
+        ...
+
+    def paused(self) -> AbstractAsyncContextManager[None]:
+        """No call is in flight inside the block, so the weights can change; held calls go on after it."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +74,7 @@ class TrainingLoop(ABC):
     def __init__(
         self,
         store: Store,
-        gateway: Gateway,
+        gateway: GatewayControl,
         algorithm: Algorithm,
         options: TrainerOptions,
         hooks: LoopHooks,

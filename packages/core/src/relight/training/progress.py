@@ -1,9 +1,11 @@
 """What a run shows while it works, in a terminal and in a log file alike.
 
-On a terminal a batch of rollouts gets a live bar. When the output is not a terminal (a log file,
-``nohup``, CI) a live bar shows nothing until it ends, so :class:`RunProgress` prints a plain line
-instead, at a steady pace: rollouts done of the total, failures, LLM calls per second and the time
-elapsed. Every training step gets its line either way.
+On a terminal a batch of rollouts, and asynchronous training's groups, get a live bar. When the
+output is not a terminal (a log file, ``nohup``, CI) a live bar shows nothing until it ends, so
+:class:`RunProgress` prints a plain line instead, at a steady pace and once more at the end: rollouts
+(or groups) done of the total, then what the loop adds (failures and LLM calls per second for a batch;
+policy version, rate and drops for asynchronous training) and the time elapsed. Every training step
+gets its line either way. Both loops show their progress through here alone.
 
 Other parts of a run add to what is shown through :meth:`RunProgress.note` (a line now) and
 :attr:`RunProgress.health` (a short text carried on every progress line and on the bar, such as the
@@ -21,7 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 
 from relight.records import Rollout, RolloutStatus
 
-__all__ = ["BatchProgress", "RunProgress"]
+__all__ = ["BatchProgress", "ProgressCount", "RunProgress"]
 
 
 class RunProgress:
@@ -41,10 +43,18 @@ class RunProgress:
     @contextmanager
     def batch(self, label: str, total: int, calls: Callable[[], int] = lambda: 0) -> Generator[BatchProgress]:
         """Follow one batch of ``total`` rollouts; ``calls`` counts the LLM calls made so far (for calls/s)."""
-        tracker = BatchProgress(self, label, total, calls)
+        with self.count(label, total, unit="rollouts") as count:
+            yield BatchProgress(count, calls)
+
+    @contextmanager
+    def count(self, label: str, total: int, *, unit: str) -> Generator[ProgressCount]:
+        """Follow ``total`` things (``unit``) done one by one: a live bar, or plain lines now and then and at the end.
+
+        ``label`` names them on the bar and on each line."""
+        count = ProgressCount(self, label, total, unit)
         if not self.live:
-            yield tracker
-            tracker.line()
+            yield count
+            count.line()
             return
         columns = (
             TextColumn("[bold]{task.description}"),
@@ -54,8 +64,8 @@ class RunProgress:
             TimeElapsedColumn(),
         )
         with Progress(*columns, console=self.console, transient=True) as bar:
-            tracker.bar = (bar, bar.add_task(label, total=total, info=""))
-            yield tracker
+            count.bar = (bar, bar.add_task(label, total=total, info=""))
+            yield count
 
     def step(self, metrics: Mapping[str, float]) -> None:
         """The line of one training step (or validation): every metric, compactly."""
@@ -70,38 +80,51 @@ class RunProgress:
         self.console.print(f"[bold yellow]warning:[/] {text}", highlight=False, soft_wrap=True)
 
 
-class BatchProgress:
-    """One batch's counters, refreshed by :meth:`update` with the rollouts as they stand."""
+class ProgressCount:
+    """How many of ``total`` are done, shown on the run's bar or, away from a terminal, as a line now and then."""
 
-    def __init__(self, run: RunProgress, label: str, total: int, calls: Callable[[], int]) -> None:
+    def __init__(self, run: RunProgress, label: str, total: int, unit: str) -> None:
         self.run = run
         self.label = label
         self.total = total
+        self.unit = unit
         self.done = 0
-        self.failed = 0
+        self.info = ""
         self.bar: tuple[Progress, TaskID] | None = None
-        self._calls = calls
-        self._calls_at_start = calls()
-        self._began = self._last_line = time.monotonic()
+        self.began = self._last_line = time.monotonic()
 
-    def update(self, rollouts: Sequence[Rollout]) -> None:
-        self.done = sum(rollout.is_finished for rollout in rollouts)
-        self.failed = sum(rollout.is_finished and rollout.status is not RolloutStatus.SUCCEEDED for rollout in rollouts)
+    def show(self, done: int, info: str) -> None:
+        """``done`` of the total so far, with a short text after the count (rates, failures, health)."""
+        self.done, self.info = done, info
         if self.bar is not None:
             bar, task = self.bar
-            bar.update(task, completed=self.done, info=self._info())
+            bar.update(task, completed=done, info=info)
         elif time.monotonic() - self._last_line >= self.run.every:
             self.line()
 
     def line(self) -> None:
-        """Print where the batch stands, as one plain line."""
+        """Print where the count stands, as one plain line."""
         self._last_line = time.monotonic()
-        elapsed = self._last_line - self._began
-        self.run.note(f"{self.label}: rollouts {self.done}/{self.total}  {self._info()}  {elapsed:.0f} s")
+        elapsed = self._last_line - self.began
+        self.run.note(f"{self.label}: {self.unit} {self.done}/{self.total}  {self.info}  {elapsed:.0f} s")
+
+
+class BatchProgress:
+    """One batch of rollouts, refreshed by :meth:`update` with the rollouts as they stand."""
+
+    def __init__(self, count: ProgressCount, calls: Callable[[], int]) -> None:
+        self.count = count
+        self.failed = 0
+        self._calls = calls
+        self._calls_at_start = calls()
+
+    def update(self, rollouts: Sequence[Rollout]) -> None:
+        self.failed = sum(rollout.is_finished and rollout.status is not RolloutStatus.SUCCEEDED for rollout in rollouts)
+        self.count.show(sum(rollout.is_finished for rollout in rollouts), self._info())
 
     def _info(self) -> str:
-        elapsed = max(time.monotonic() - self._began, 1e-9)
+        elapsed = max(time.monotonic() - self.count.began, 1e-9)
         parts = [f"{self.failed} failed", f"{(self._calls() - self._calls_at_start) / elapsed:.1f} calls/s"]
-        if self.run.health:
-            parts.append(self.run.health)
+        if self.count.run.health:
+            parts.append(self.count.run.health)
         return "  ".join(parts)

@@ -20,12 +20,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from pydantic import JsonValue
 
 from relight.algorithm import Algorithm
-from relight.gateway import Gateway
 from relight.records import Resources, Rollout, RolloutRequest, Transition
 from relight.rewards.group import GroupRewards
 from relight.store import Store
 from relight.training.dynamic_sampling import flat_groups, no_signal_warning, sample_until_signal
 from relight.training.loop import (
+    GatewayControl,
     LoopHooks,
     PolicyCounts,
     Resume,
@@ -50,7 +50,7 @@ class SyncTraining(TrainingLoop):
     def __init__(
         self,
         store: Store,
-        gateway: Gateway,
+        gateway: GatewayControl,
         algorithm: Algorithm,
         options: TrainerOptions,
         hooks: LoopHooks,
