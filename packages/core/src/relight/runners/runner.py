@@ -17,7 +17,7 @@ rollout's ``max_attempts``. A runner that dies (even by SIGKILL) loses nothing: 
 and another runner retries those rollouts. A store that goes away (a restart, a network fault) only
 pauses the claims, which resume when it is back. :meth:`Runner.stop` (SIGTERM in a runner
 process) waits ``stop_grace_seconds`` for the running attempts, then fails the rest so they are
-retried at once, and returns whatever their agents are doing.
+retried at once (while their rollouts have attempts left), and returns whatever their agents are doing.
 """
 
 from __future__ import annotations
@@ -60,6 +60,9 @@ _CLAIMS_AT_ONCE = 4
 store that may be busy, and one at a time would refill free slots no faster than that."""
 _RESOURCES_KEPT = 32
 """Resources versions a runner keeps read (a version never changes); a run's rollouts use one or a few at a time."""
+
+_STOPPED = "the runner stopped before the attempt ended"
+"""Why an attempt the runner stopped failed; not logged by a runner stopped with no grace (its caller says it)."""
 
 __all__ = ["Runner", "RunnerOptions", "RunnerStats", "is_worker_of", "llm_for"]
 
@@ -120,7 +123,8 @@ class Runner:
         lease_seconds: each attempt's lease; heartbeats renew it every ``heartbeat_seconds``.
         heartbeat_seconds: how often leases are renewed; a third of ``lease_seconds`` by default.
         timeout: seconds one attempt may run before it is failed as timed out; None for no limit.
-        stop_grace_seconds: how long :meth:`stop` lets running attempts finish before failing them.
+        stop_grace_seconds: how long :meth:`stop` lets running attempts finish before failing them; 0 fails them
+            at once and says nothing of it (dev mode, interrupted, reports it itself).
         mode: claim only train or only val rollouts; None for both.
         worker_id: how attempts name this runner; host, pid and a random part by default.
         gateway: the gateway itself, when it runs in this process (the trainer's with one runner):
@@ -269,17 +273,19 @@ class Runner:
             await asyncio.wait_for(self._stopped.wait(), delay)
 
     async def _wind_down(self, running: set[asyncio.Task[None]]) -> None:
-        """Let running attempts finish for ``stop_grace_seconds``, then stop their agents (they fail, to be retried)."""
+        """Let running attempts finish for ``stop_grace_seconds``, then stop their agents (their attempts fail)."""
         if not running:
             return
         _done, pending = await asyncio.wait(set(running), timeout=self.stop_grace_seconds)
         if pending:
-            logger.warning(
-                "relight: runner %s stopping: %d attempt(s) still running after %.3g s are failed and retried",
-                self.worker_id,
-                len(pending),
-                self.stop_grace_seconds,
-            )
+            if self.stop_grace_seconds > 0:  # a stop with no grace at all is an interruption its caller reports
+                logger.warning(
+                    "relight: runner %s stopping: %d attempt(s) still running after %.3g s are failed "
+                    "(the store tries a rollout again while it has attempts left)",
+                    self.worker_id,
+                    len(pending),
+                    self.stop_grace_seconds,
+                )
             for agent in list(self._agents):
                 agent.cancel()
             await asyncio.wait(pending)
@@ -323,7 +329,7 @@ class Runner:
             current = asyncio.current_task()
             if current is not None and current.cancelling():  # the runner itself is being cancelled
                 raise
-            status, error = AttemptStatus.FAILED, "the runner stopped before the attempt ended"
+            status, error = AttemptStatus.FAILED, _STOPPED
         except Exception:
             status, error = AttemptStatus.FAILED, traceback.format_exc()
         finally:
@@ -345,7 +351,7 @@ class Runner:
             self._lost(rollout, attempt, "the store did not take its outcome")
             return
         self._count(status)
-        if error is not None:
+        if error is not None and not (error == _STOPPED and self.stop_grace_seconds == 0):
             logger.warning(
                 "relight: rollout %s attempt %d %s: %s",
                 rollout.rollout_id,
