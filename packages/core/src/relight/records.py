@@ -28,6 +28,7 @@ from pydantic import (
 from pydantic_core import CoreSchema, core_schema
 
 __all__ = [
+    "DEV_MODE",
     "TERMINAL_ATTEMPT_STATUSES",
     "TERMINAL_ROLLOUT_STATUSES",
     "Attempt",
@@ -43,6 +44,10 @@ __all__ = [
     "Transition",
     "new_id",
 ]
+
+DEV_MODE = "dev_mode"
+"""The metadata key, true, of a rollout dev mode ran (:meth:`relight.Trainer.dev`): it checks the wiring and is
+never trained, whatever store it is kept in."""
 
 TokenId = Annotated[int, Field(ge=0)]
 """A vocabulary index: never negative."""
@@ -170,6 +175,11 @@ class Rollout(_Record):
     @property
     def is_finished(self) -> bool:
         return self.status in TERMINAL_ROLLOUT_STATUSES
+
+    @property
+    def from_dev_mode(self) -> bool:
+        """Whether dev mode ran it (its metadata's :data:`DEV_MODE`): a validation rollout that is never trained."""
+        return self.metadata.get(DEV_MODE) is True
 
 
 class Attempt(_Record):

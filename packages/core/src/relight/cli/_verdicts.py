@@ -16,7 +16,7 @@ from rich.tree import Tree
 from relight.store import Store
 from relight.transitions.builder import TransitionBuilder
 from relight.transitions.run_config import builder_of_run
-from relight.transitions.verdicts import Reason, RolloutVerdict
+from relight.transitions.verdicts import Reason, RolloutVerdict, call_numbers
 
 
 def add_builder_options(parser: argparse.ArgumentParser) -> None:
@@ -64,10 +64,13 @@ async def builder_for(store: Store, args: argparse.Namespace, **options: float |
 
 
 def verdict_tree(verdict: RolloutVerdict) -> Tree:
-    """``training: 1 of 2 call(s) trained …`` with one line per LLM call saying why it was or was not."""
+    """``training: 1 of 2 call(s) trained …`` with one line per LLM call saying why it was or was not.
+
+    Calls are numbered as ``--text`` numbers them (:func:`~relight.transitions.verdicts.call_numbers`)."""
     tree = Tree(f"[bold]training[/] {verdict.summary()}")
+    numbers = call_numbers(call.span for call in verdict.calls)
     for call in verdict.calls:
-        who = f"call {call.step if call.step is not None else '–'}" + (f" [magenta]{call.role}[/]" if call.role else "")
+        who = f"call {numbers[call.span.span_id]}" + (f" [magenta]{call.role}[/]" if call.role else "")
         if call.policy is not None:
             who += f" policy [bold magenta]{call.policy}[/]"
         if call.trained:

@@ -16,6 +16,7 @@ from rich.markup import escape
 
 from relight import semconv
 from relight.records import Attempt, Span, SpanKind
+from relight.transitions.verdicts import call_numbers
 
 __all__ = ["print_conversations"]
 
@@ -23,15 +24,16 @@ __all__ = ["print_conversations"]
 def print_conversations(console: Console, attempts: Sequence[Attempt], spans: Sequence[Span]) -> None:
     """Every LLM call of every attempt, in order, with its messages and response."""
     roles = {s.span_id: s.attributes.get(semconv.ROLE) for s in spans if s.kind is SpanKind.ROLE}
+    numbers = call_numbers(spans)  # as the verdicts below number them
     for attempt in attempts:
         console.print(f"[bold]attempt {attempt.number}[/] {attempt.attempt_id}  {attempt.status.value}")
         calls = sorted(
             (s for s in spans if s.attempt_id == attempt.attempt_id and s.kind is SpanKind.LLM),
             key=lambda s: s.start_time,
         )
-        for index, span in enumerate(calls, 1):
+        for span in calls:
             role = span.attributes.get(semconv.ROLE) or roles.get(span.parent_id or "")
-            title = f"call {index}" + (f"  role {role}" if role else "") + f"  ({span.name})"
+            title = f"call {numbers[span.span_id]}" + (f"  role {role}" if role else "") + f"  ({span.name})"
             console.print(f"[bold cyan]── {escape(title)}[/]")
             for message in _messages(span.attributes.get(semconv.GEN_AI_INPUT_MESSAGES)):
                 _print_message(console, message)

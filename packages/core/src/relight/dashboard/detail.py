@@ -20,7 +20,7 @@ from relight.records import Attempt, Span, SpanKind
 from relight.store import Store
 from relight.transitions.builder import TransitionBuilder, episode_return
 from relight.transitions.trained_calls import TRAINED_SPAN, TrainedCall, trained_calls
-from relight.transitions.verdicts import CallVerdict
+from relight.transitions.verdicts import CallVerdict, call_numbers
 
 __all__ = ["Decoder", "rollout_detail"]
 
@@ -37,6 +37,7 @@ async def rollout_detail(
     spans = await store.query_spans(rollout_id)
     verdict = builder.explain_spans(rollout, attempts, spans)
     trained = trained_calls(spans)
+    numbers = call_numbers(spans)
     last = attempts[-1].attempt_id if attempts else None
     return {
         "rollout": rollout.model_dump(mode="json"),
@@ -47,7 +48,7 @@ async def rollout_detail(
             "summary": verdict.summary(),
         },
         "attempts": [_attempt(attempt, spans) for attempt in attempts],
-        "calls": [_call(call, decode, trained.get(call.span.span_id)) for call in verdict.calls],
+        "calls": [_call(call, numbers, decode, trained.get(call.span.span_id)) for call in verdict.calls],
         "annotations": _annotations(span for span in spans if span.attempt_id == last),
         "decoded": decode is not None,
     }
@@ -119,13 +120,16 @@ def _served_by(attributes: Mapping[str, JsonValue]) -> str | None:
     return None
 
 
-def _call(call: CallVerdict, decode: Decoder | None, trained: TrainedCall | None) -> dict[str, object]:
+def _call(
+    call: CallVerdict, numbers: Mapping[str, int], decode: Decoder | None, trained: TrainedCall | None
+) -> dict[str, object]:
     attributes = call.span.attributes
     transition = call.transition
     return {
         "span_id": call.span.span_id,
         "attempt_id": call.span.attempt_id,
         "step": call.step,
+        "number": numbers[call.span.span_id],
         "role": call.role,
         "policy": call.policy,
         "served_by": _served_by(attributes),

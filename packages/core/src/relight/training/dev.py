@@ -24,7 +24,7 @@ from relight.agent import Agent
 from relight.algorithm import Algorithm, UpstreamTarget
 from relight.errors import ConfigError
 from relight.gateway import OpenAIUpstream, Upstream
-from relight.records import Mode, RolloutRequest
+from relight.records import DEV_MODE, Mode, RolloutRequest
 from relight.training.dev_report import DevResult, dev_result, dev_row, dev_table
 from relight.training.fit import store_name, tell_policies
 from relight.training.options import GatewayOptions, TrainerOptions
@@ -80,7 +80,10 @@ class DevRun:
             fixed = await publish_changed(services.store, self.options.resources) if self.options.resources else None
             version = fixed.version if fixed is not None else None
             requests = [
-                RolloutRequest(input=task, mode=Mode.VAL, max_attempts=1, resources_version=version) for task in dataset
+                RolloutRequest(
+                    input=task, mode=Mode.VAL, max_attempts=1, resources_version=version, metadata={DEV_MODE: True}
+                )
+                for task in dataset
             ]
             rollouts = await services.store.enqueue(requests)
             try:

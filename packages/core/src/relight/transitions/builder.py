@@ -190,7 +190,7 @@ class TransitionBuilder:
             verdicts = self.judge(rollout, attempt.attempt_id, spans, build=build)
             overrule = reason if attempt.attempt_id == judged else Reason.RETRIED_ATTEMPT
             if overrule is not None:
-                detail = _REASON_DETAILS[overrule].format(rollout=rollout, attempt=attempt)
+                detail = _reason_detail(overrule, rollout, attempt)
                 verdicts = [replace(v, transition=None, reason=overrule, detail=detail) for v in verdicts]
             elif training:
                 verdicts = _as_updates_left_them(verdicts, own, dropped)
@@ -233,7 +233,7 @@ class TransitionBuilder:
             for step, (item, reward) in enumerate(zip(joined, credit, strict=True))
         ]
         verdicts += [
-            CallVerdict(span, None, None, None, None, Reason.FAILED_CALL, span.status_message or "the call failed")
+            CallVerdict.left_out(span, Reason.FAILED_CALL, span.status_message or "the call failed")
             for span in calls
             if span.status_code == "ERROR"
         ]
@@ -247,16 +247,23 @@ class TransitionBuilder:
         if self._policies is None:
             if not role_matches(self.roles, item.role):
                 detail = f"role {item.role!r} is not among the trained roles ({self.roles!r})"
-                return CallVerdict(item.span, step, item.role, reward, None, Reason.FILTERED_ROLE, detail)
+                return CallVerdict.left_out(
+                    item.span, Reason.FILTERED_ROLE, detail, step=step, role=item.role, reward=reward
+                )
         else:
             policy = self._policies.policy_of(item.role)
             left_out = _policy_left_out(policy, item.role, attributes, self._policies)
             if left_out is not None:
-                return CallVerdict(item.span, step, item.role, reward, None, left_out[0], left_out[1], policy=policy)
+                reason, detail = left_out
+                return CallVerdict.left_out(
+                    item.span, reason, detail, step=step, role=item.role, reward=reward, policy=policy
+                )
         inexact = attributes.get(semconv.RETOKENIZED_EXACT) is False
         if inexact and not self.include_inexact:
             detail = str(attributes.get(semconv.RETOKENIZED_MISMATCH) or "its token ids are not exactly the call")
-            return CallVerdict(item.span, step, item.role, reward, None, Reason.INEXACT, detail, policy=policy)
+            return CallVerdict.left_out(
+                item.span, Reason.INEXACT, detail, step=step, role=item.role, reward=reward, policy=policy
+            )
         prompt_ids, response_ids = attributes.get(semconv.PROMPT_TOKEN_IDS), attributes.get(semconv.RESPONSE_TOKEN_IDS)
         if not (isinstance(prompt_ids, list) and prompt_ids and isinstance(response_ids, list)):
             detail = (
@@ -264,7 +271,9 @@ class TransitionBuilder:
                 if semconv.IMPORT_MISSING in attributes
                 else "the upstream returned no token ids and the gateway had no retokenizer"
             )
-            return CallVerdict(item.span, step, item.role, reward, None, Reason.NO_TOKEN_IDS, detail, policy=policy)
+            return CallVerdict.left_out(
+                item.span, Reason.NO_TOKEN_IDS, detail, step=step, role=item.role, reward=reward, policy=policy
+            )
         notes = [Note.RETOKENIZED] if attributes.get(semconv.RETOKENIZED) is True else []
         if inexact:
             notes.append(Note.INEXACT)
@@ -272,7 +281,16 @@ class TransitionBuilder:
         if isinstance(finish, list) and "length" in finish:
             notes.append(Note.TRUNCATED)
         transition = self._transition(rollout, attempt_id, step, item, reward, policy) if build else None
-        return CallVerdict(item.span, step, item.role, reward, transition, None, notes=tuple(notes), policy=policy)
+        return CallVerdict(
+            span=item.span,
+            step=step,
+            role=item.role,
+            reward=reward,
+            transition=transition,
+            reason=None,
+            notes=tuple(notes),
+            policy=policy,
+        )
 
     def _transition(
         self, rollout: Rollout, attempt_id: str, step: int, item: _Joined, reward: float, policy: str | None
@@ -450,6 +468,16 @@ _REASON_DETAILS = {
     Reason.NO_SIGNAL: "its group's rewards were all equal, so the algorithm skipped it (no advantage to learn from)",
     Reason.NOT_UPDATED: "no update that changed the weights has used it (the run stopped first, or no trainer ran)",
 }
+
+
+_DEV_MODE_DETAIL = "dev mode: never trained (it runs each task once, to check the wiring)"
+
+
+def _reason_detail(reason: Reason, rollout: Rollout, attempt: Attempt) -> str:
+    """A reason that holds for a whole rollout, in words; a dev-mode rollout says that it is one."""
+    if reason is Reason.VALIDATION and rollout.from_dev_mode:
+        return _DEV_MODE_DETAIL
+    return _REASON_DETAILS[reason].format(rollout=rollout, attempt=attempt)
 
 
 def _messages_key(text: JsonValue | None) -> tuple[tuple[str, str], ...] | None:

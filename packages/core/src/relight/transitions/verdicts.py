@@ -13,12 +13,13 @@ terminal and the browser agree.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from relight.records import Rollout, Span, Transition
+from relight.records import Rollout, Span, SpanKind, Transition
 
-__all__ = ["CallVerdict", "Note", "Reason", "RolloutVerdict"]
+__all__ = ["CallVerdict", "Note", "Reason", "RolloutVerdict", "call_numbers"]
 
 
 class Reason(StrEnum):
@@ -78,7 +79,8 @@ class CallVerdict:
 
     span: Span
     step: int | None
-    """The call's index among its attempt's successful calls (the transition's ``step``); None for a failed call."""
+    """The call's index among its attempt's successful calls (the transition's ``step``, from 0); None for a
+    failed call. People see calls numbered by :func:`call_numbers` instead."""
     role: str | None
     reward: float | None
     """The reward credit assignment gave the call; None where none was assigned (a failed call)."""
@@ -95,6 +97,21 @@ class CallVerdict:
     @property
     def trained(self) -> bool:
         return self.reason is None
+
+    @classmethod
+    def left_out(
+        cls,
+        span: Span,
+        reason: Reason,
+        detail: str,
+        *,
+        step: int | None = None,
+        role: str | None = None,
+        reward: float | None = None,
+        policy: str | None = None,
+    ) -> CallVerdict:
+        """A call that became no training sample, and why."""
+        return cls(span, step, role, reward, None, reason, detail, policy=policy)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,3 +141,21 @@ class RolloutVerdict:
         notes = Counter(note for call in self.calls for note in call.notes)
         noted = "; ".join(f"{count} {note.value}" for note, count in sorted(notes.items()))
         return text + (f"; left out: {left_out}" if left_out else "") + (f"; notes: {noted}" if noted else "")
+
+
+def call_numbers(spans: Iterable[Span]) -> dict[str, int]:
+    """The number of each LLM call wherever people see calls: from 1, in the order made, within its attempt.
+
+    Every LLM call counts, a failed one too, so ``call 2`` is one call in ``relight show`` (its verdicts and
+    its ``--text``) and on the dashboard. Keyed by span id.
+    """
+    calls = sorted(
+        (span for span in spans if span.kind is SpanKind.LLM),
+        key=lambda span: (span.start_time, span.sequence_id or 0),
+    )
+    counts: Counter[str] = Counter()
+    numbers: dict[str, int] = {}
+    for span in calls:
+        counts[span.attempt_id] += 1
+        numbers[span.span_id] = counts[span.attempt_id]
+    return numbers

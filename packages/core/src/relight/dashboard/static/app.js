@@ -301,7 +301,7 @@ function call(c, decoded) {
     ? el("span", { class: "trained", text: "trained" + (c.notes.length ? ` (${c.notes.join(", ")})` : "") })
     : el("span", { class: "dropped", title: c.detail, text: `not trained: ${c.reason}` });
   return el("section", { class: "call", "data-testid": "call", "data-span": c.span_id },
-    el("h3", {}, `call ${c.step ?? "–"} `, c.role ? el("span", { class: "role", text: c.role }) : "",
+    el("h3", {}, `call ${c.number} `, c.role ? el("span", { class: "role", text: c.role }) : "",
       c.policy ? el("span", { class: "role", "data-testid": "policy", text: ` policy ${c.policy}` }) : "", " ", fate),
     c.served_by ? el("p", { class: "facts", "data-testid": "served-by", text: `served by ${c.served_by}` }) : null,
     el("p", { class: "facts" },
