@@ -26,8 +26,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
 from relight._internal.server import AsgiServer
 from relight.errors import RelightError, StoreUnavailableError
@@ -68,7 +70,7 @@ def create_otlp_app(
     *,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     token: str | None = None,
-) -> FastAPI:
+) -> Starlette:
     """The ASGI app receiving traces into ``store``; with a ``token``, requests need ``Authorization: Bearer <token>``
     (exporters send it from ``OTEL_EXPORTER_OTLP_HEADERS=Authorization=Bearer%20<token>``).
 
@@ -80,11 +82,8 @@ def create_otlp_app(
     from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2  # pyright: ignore[reportMissingTypeStubs]
 
     importer = TraceImporter(store, options)
-    app = FastAPI(title="relight OTLP receiver", docs_url=None, redoc_url=None, openapi_url=None)
-    app.state.importer = importer
 
-    @app.post("/v1/traces")
-    async def traces(request: Request) -> Response:  # pyright: ignore[reportUnusedFunction]
+    async def traces(request: Request) -> Response:
         async def handle(body: bytes, content_type: str, encoding: str | None) -> Any:
             spans = decode_traces(body, content_type=content_type, content_encoding=encoding, max_bytes=max_body_bytes)
             result = await importer.add(spans)
@@ -96,8 +95,7 @@ def create_otlp_app(
 
         return await _receive(request, handle, importer.stats, token=token, max_body_bytes=max_body_bytes)
 
-    @app.post("/v1/logs")
-    async def logs(request: Request) -> Response:  # pyright: ignore[reportUnusedFunction]
+    async def logs(request: Request) -> Response:
         async def handle(body: bytes, content_type: str, encoding: str | None) -> Any:
             records = decode_logs(body, content_type=content_type, content_encoding=encoding, max_bytes=max_body_bytes)
             result: ImportResult = await importer.add_logs(records)
@@ -109,8 +107,7 @@ def create_otlp_app(
 
         return await _receive(request, handle, importer.stats, token=token, max_body_bytes=max_body_bytes)
 
-    @app.post("/v1/metrics")
-    async def metrics(request: Request) -> Response:  # pyright: ignore[reportUnusedFunction]
+    async def metrics(request: Request) -> Response:
         async def handle(body: bytes, content_type: str, encoding: str | None) -> Any:
             points = count_metric_points(
                 body, content_type=content_type, content_encoding=encoding, max_bytes=max_body_bytes
@@ -120,10 +117,19 @@ def create_otlp_app(
 
         return await _receive(request, handle, importer.stats, token=token, max_body_bytes=max_body_bytes)
 
-    @app.get("/stats")
-    async def stats() -> JSONResponse:  # pyright: ignore[reportUnusedFunction]
+    async def stats(request: Request) -> JSONResponse:
         return JSONResponse(importer.stats.as_json())
 
+    # Plain Starlette, as the gateway: each route reads its body itself (protobuf or JSON, as OTLP defines them).
+    app = Starlette(
+        routes=[
+            Route("/v1/traces", traces, methods=["POST"]),
+            Route("/v1/logs", logs, methods=["POST"]),
+            Route("/v1/metrics", metrics, methods=["POST"]),
+            Route("/stats", stats, methods=["GET"]),
+        ]
+    )
+    app.state.importer = importer
     return app
 
 
