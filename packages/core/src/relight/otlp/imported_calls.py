@@ -10,7 +10,7 @@ text, tool calls, tool results and tools (``relight.retokenized.exact``); otherw
 them, unless told to keep them (:class:`relight.TransitionBuilder` ``include_inexact``).
 
 GenAI events that arrived as OTLP log records are joined to their call here, whichever came first
-(:func:`relight.otlp.importer.with_log_events`).
+(:func:`relight.otlp.call_record.with_log_events`).
 
 The role of a call is the nearest agent its span sits in (the span itself, then its parents):
 ``gen_ai.agent.name``, OpenInference's agent spans and LangGraph node metadata, OpenLLMetry's agent
@@ -29,8 +29,8 @@ from pydantic import JsonValue
 
 from relight import semconv
 from relight.chat import Inexact, Mismatch, Retokenized, recorded_mismatches, retokenize
+from relight.otlp.call_record import log_event, with_log_events
 from relight.otlp.dialects import agent_name
-from relight.otlp.importer import log_event, with_log_events
 from relight.records import Rollout, Span, SpanKind, Transition
 from relight.store import Store
 from relight.transitions.builder import RoleFilter, TransitionBuilder, episode_return, role_matches

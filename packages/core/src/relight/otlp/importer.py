@@ -2,20 +2,13 @@
 
 Each span is stored with all of its original attributes, its resource's (``relight.otlp.resource``),
 its instrumentation scope (``relight.otlp.scope``) and its events (``relight.otlp.events``). An LLM
-call, in whichever dialect (:mod:`relight.otlp.dialects`), also gets what relight's gateway would have
-recorded: ``relight.span.kind = llm``, the call's messages as OpenAI chat messages in
-``gen_ai.input.messages``/``gen_ai.output.messages`` and its tools in OpenAI's function shape in
-``gen_ai.tool.definitions`` (an original value that differs is kept under ``relight.original.<name>``),
-and ``relight.import.missing`` lists what the trace could not say: ``token_ids``, ``logprobs`` and
-``policy_version`` always (nothing outside relight records them), the messages, their text
-(``relight.import.missing_text`` says which, ``relight.import.missing_text.cause`` why) or the response
-id when absent. A tool span gets ``relight.span.kind = tool``.
+call, in whichever dialect, also gets what relight's gateway would have recorded, and says what the
+trace could not (:mod:`relight.otlp.call_record`). A tool span gets ``relight.span.kind = tool``.
 
 GenAI events sent as OTLP log records (``/v1/logs``: the conventions' per-message events, or one
 ``gen_ai.client.inference.operation.details`` per call) are stored beside the spans of their trace, each
-as a span named after its event whose parent is the span it was emitted in (``relight.otlp.log.event``
-names the event, ``relight.otlp.log.body`` holds its body). They are joined to their call when the
-call is read (:func:`relight.otlp.imported_calls.prepare_spans`), whichever arrived first.
+as a span named after its event whose parent is the span it was emitted in. They are joined to their
+call when the call is read (:func:`relight.otlp.imported_calls.prepare_spans`), whichever arrived first.
 
 A trace's rollout forms when its first span or event arrives. Until its first LLM call it is
 *waiting*: running under the worker ``relight-otlp`` (never queued, so no runner claims it), its spans
@@ -36,27 +29,25 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import orjson
 from pydantic import JsonValue, ValidationError
 
 from relight import semconv
 from relight.errors import InvalidStateError, NotFoundError
+from relight.otlp.call_record import EVENTS, LOG_BODY, LOG_EVENT, ORIGINAL, RESOURCE, SCOPE, derive_call
 from relight.otlp.decode import ForeignLog, ForeignSpan, OtlpBodyError
-from relight.otlp.dialects import HIDDEN, CallText, SpanEvent, call_text, is_llm_call, is_tool_call
+from relight.otlp.dialects import is_llm_call, is_tool_call
 from relight.records import AttemptStatus, Mode, Rollout, RolloutRequest, RolloutStatus, Span, SpanKind
 from relight.store import MAX_LEASE_SECONDS, Store
 
 __all__ = [
     "IMPORT_WORKER",
-    "LOG_BODY",
-    "LOG_EVENT",
     "MOVED_TO",
     "ImportOptions",
     "ImportResult",
@@ -65,11 +56,8 @@ __all__ = [
     "TraceConflictError",
     "TraceImporter",
     "add_reward",
-    "derive_call",
-    "log_event",
     "session_rollout_id",
     "trace_rollout_id",
-    "with_log_events",
 ]
 
 logger = logging.getLogger(__name__)
@@ -80,19 +68,8 @@ SOURCE = "otlp"
 """``metadata["source"]`` of an imported rollout."""
 MOVED_TO = "moved_to"
 """``metadata`` key of a waiting trace rollout whose spans moved to its session's rollout: that rollout's id."""
-MISSING = semconv.IMPORT_MISSING
-DIALECT = semconv.IMPORT_DIALECT
-RESOURCE = "relight.otlp.resource"
-SCOPE = "relight.otlp.scope"
-EVENTS = "relight.otlp.events"
-LOG_EVENT = "relight.otlp.log.event"
-"""On a span holding a log record: the record's event name."""
-LOG_BODY = "relight.otlp.log.body"
-"""On a span holding a log record: the record's body, as plain JSON."""
-ORIGINAL = "relight.original."
 _PENDING = "pending"
 _SESSION_PREFIX = "otlp-session-"
-_MESSAGE_KEYS = ("input_messages", "output_messages", "message_text")
 
 
 def trace_rollout_id(trace_id: str) -> str:
@@ -612,144 +589,6 @@ def _log_span(record: ForeignLog) -> Span:
         )
     except ValidationError as error:
         raise OtlpBodyError(f"log record {record.where} cannot be stored: {error}") from None
-
-
-def log_event(span: Span) -> SpanEvent | None:
-    """The GenAI event a stored log record holds, as a span event (its body's fields beside its attributes)."""
-    name = span.attributes.get(LOG_EVENT)
-    if not isinstance(name, str):
-        return None
-    attributes = {k: v for k, v in span.attributes.items() if k not in (LOG_EVENT, LOG_BODY, RESOURCE, SCOPE)}
-    body = span.attributes.get(LOG_BODY)
-    if isinstance(body, dict):
-        attributes.update(body)
-    elif body is not None:
-        attributes["content"] = body
-    return SpanEvent(name, span.start_time, attributes)
-
-
-def derive_call(
-    attributes: Mapping[str, JsonValue], events: Sequence[SpanEvent], span_id: str, *, log_events: int = 0
-) -> dict[str, JsonValue]:
-    """What relight records for an LLM call, read from a foreign span's attributes and events (``log_events`` of
-    them arrived as log records): its kind, messages, tools, usage, response id, and what the trace lacks."""
-    text = call_text(attributes, events)
-    missing = ["token_ids", "logprobs", "policy_version"]
-    derived: dict[str, JsonValue] = {
-        semconv.SPAN_KIND: SpanKind.LLM.value,
-        semconv.GEN_AI_OPERATION_NAME: str(attributes.get(semconv.GEN_AI_OPERATION_NAME) or "chat"),
-        DIALECT: text.dialect,
-    }
-    derived |= _messages(text, missing, log_events)
-    if text.input_tokens is not None:
-        derived[semconv.GEN_AI_USAGE_INPUT_TOKENS] = text.input_tokens
-    if text.output_tokens is not None:
-        derived[semconv.GEN_AI_USAGE_OUTPUT_TOKENS] = text.output_tokens
-    if text.response_id:
-        derived[semconv.GEN_AI_RESPONSE_ID] = text.response_id
-    else:  # transitions join a call's role by response id: give every call one, and say it is made up
-        derived[semconv.GEN_AI_RESPONSE_ID] = f"otlp-{span_id}"
-        missing.append("response_id")
-    derived[MISSING] = list[JsonValue](missing)
-    if text.model and semconv.GEN_AI_REQUEST_MODEL not in attributes:
-        derived[semconv.GEN_AI_REQUEST_MODEL] = text.model
-    return derived
-
-
-def with_log_events(span: Span, events: Sequence[SpanEvent]) -> Span:
-    """A stored LLM span with the GenAI events logged for it read in: the messages they hold, when the span
-    holds none of its own, and what is still missing, with why."""
-    missing = span.attributes.get(MISSING)
-    listed = [str(m) for m in cast(list[JsonValue], missing)] if isinstance(missing, list) else []
-    if "input_messages" not in listed and "output_messages" not in listed:
-        return span
-    own = [
-        SpanEvent(str(event.get("name")), _integer(event.get("time")), _mapping(event.get("attributes")))
-        for event in _stored_events(span)
-    ]
-    text = call_text({k: v for k, v in span.attributes.items() if not k.startswith(ORIGINAL)}, [*own, *events])
-    attributes = {
-        k: v
-        for k, v in span.attributes.items()
-        if k not in (semconv.IMPORT_MISSING_TEXT, semconv.IMPORT_MISSING_TEXT_CAUSE)
-    }
-    attributes |= _messages(text, [], len(events))
-    attributes[MISSING] = list[JsonValue](
-        [m for m in listed if m not in (*_MESSAGE_KEYS, "response_id")]
-        + _missing_of(text)
-        + (["response_id"] if "response_id" in listed else [])
-    )
-    return span.model_copy(update={"attributes": attributes})
-
-
-def _stored_events(span: Span) -> list[dict[str, JsonValue]]:
-    events = span.attributes.get(EVENTS)
-    if not isinstance(events, list):
-        return []
-    return [cast(dict[str, JsonValue], e) for e in cast(list[JsonValue], events) if isinstance(e, dict)]
-
-
-def _integer(value: JsonValue | None) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def _mapping(value: JsonValue | None) -> dict[str, JsonValue]:
-    return cast(dict[str, JsonValue], value) if isinstance(value, dict) else {}
-
-
-def _missing_of(text: CallText) -> list[str]:
-    return [
-        key
-        for key, absent in (
-            ("input_messages", not text.input_messages),
-            ("output_messages", not text.output_messages),
-            ("message_text", bool(text.missing_text)),
-        )
-        if absent
-    ]
-
-
-def _messages(text: CallText, missing: list[str], log_events: int) -> dict[str, JsonValue]:
-    """The call's messages and tools as relight records them; ``missing`` gets what the trace lacks."""
-    derived: dict[str, JsonValue] = {}
-    if text.input_messages:
-        derived[semconv.GEN_AI_INPUT_MESSAGES] = json.dumps(text.input_messages)
-    if text.output_messages:
-        derived[semconv.GEN_AI_OUTPUT_MESSAGES] = json.dumps(text.output_messages[:1])
-    if text.tools:
-        derived[semconv.GEN_AI_TOOL_DEFINITIONS] = json.dumps(text.tools)
-    if text.finish_reasons:
-        derived[semconv.GEN_AI_RESPONSE_FINISH_REASONS] = list[JsonValue](text.finish_reasons)
-    missing += _missing_of(text)
-    if text.missing_text:
-        derived[semconv.IMPORT_MISSING_TEXT] = list[JsonValue](text.missing_text)
-    cause = _cause(text, log_events)
-    if cause is not None:
-        derived[semconv.IMPORT_MISSING_TEXT_CAUSE] = cause
-    return derived
-
-
-def _cause(text: CallText, log_events: int) -> str | None:
-    """Why the call's text is missing, as far as the trace tells."""
-    if not text.input_messages and not text.output_messages:
-        if log_events:
-            return "the GenAI events received for this call hold no messages"
-        return (
-            "its tracer's content capture is off "
-            "(OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT, TRACELOOP_TRACE_CONTENT, OPENINFERENCE_HIDE_*), "
-            "or it sends messages as OTLP log events and none reached this receiver's /v1/logs "
-            "(OTEL_EXPORTER_OTLP_LOGS_ENDPOINT)"
-        )
-    if not text.input_messages or not text.output_messages:
-        return "its tracer recorded only part of the call"
-    if not text.missing_text:
-        return None
-    if all(entry.endswith(HIDDEN) for entry in text.missing_text):
-        return "its tracer hid the text (OpenInference's OPENINFERENCE_HIDE_* settings)"
-    return (
-        "its tracer recorded these messages without their text: content capture is off "
-        "(OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT, TRACELOOP_TRACE_CONTENT, OPENINFERENCE_HIDE_*)"
-    )
 
 
 def _rewards(span: ForeignSpan, options: ImportOptions) -> list[tuple[float, int, str]]:
