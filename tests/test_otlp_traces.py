@@ -39,7 +39,7 @@ from relight.otlp import (
 )
 from relight.records import Span, SpanKind, Transition
 from relight.store import Store
-from relight.transitions.builder import read_jsonl
+from relight.transitions.jsonl import read_jsonl
 from relight.transitions.verdicts import Note, Reason
 from relight_torch.algorithms.grpo import GRPO
 from relight_torch.algorithms.sft import SFT, conversation_samples, read_conversations, transition_samples

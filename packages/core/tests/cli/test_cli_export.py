@@ -9,7 +9,7 @@ from relight import semconv
 from relight.cli import main
 from relight.records import AttemptStatus, RolloutRequest
 from relight.stores.sqlite import SqliteStore
-from relight.transitions.builder import read_jsonl
+from relight.transitions.jsonl import read_jsonl
 from relight_testing.store import make_span
 
 

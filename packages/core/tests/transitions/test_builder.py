@@ -12,8 +12,9 @@ from relight import semconv
 from relight.errors import ConfigError
 from relight.records import AttemptStatus, Mode, Rollout, RolloutRequest, RolloutStatus, Span, SpanKind
 from relight.stores.memory import InMemoryStore
-from relight.transitions.builder import TransitionBuilder, read_jsonl, write_jsonl
+from relight.transitions.builder import TransitionBuilder
 from relight.transitions.drops import DropReason, mark_dropped
+from relight.transitions.jsonl import read_jsonl, write_jsonl
 from relight.transitions.trained_calls import record_update
 from relight.transitions.verdicts import Note, Reason
 

@@ -26,7 +26,8 @@ from relight.otlp.importer import SOURCE
 from relight.records import Mode, Rollout, Transition
 from relight.resources.prompts import PROMPT_ITEM, exported_prompts
 from relight.store import Store
-from relight.transitions.builder import TransitionBuilder, episode_return, last_attempt_spans, write_jsonl
+from relight.transitions.builder import TransitionBuilder, episode_return, last_attempt_spans
+from relight.transitions.jsonl import write_jsonl
 from relight.transitions.verdicts import Reason, RolloutVerdict
 
 

@@ -1,11 +1,9 @@
 """From a finished attempt's spans to transitions: what every trainer (and the JSONL export) consumes.
 
-Each LLM span the gateway recorded becomes one :class:`relight.Transition`. Its role is the one
-the call named when it reached the gateway, else the adapter's role span's for the same call, found
-by response id, else by equal request messages, else by order (the role span around the call, then
-the next unmatched one). Credit is
-assigned over all the attempt's calls (see :mod:`relight.transitions.credit`) before a role filter keeps the
-roles being trained, so a filtered role's calls still count as steps of the episode. With several
+Each LLM span the gateway recorded becomes one :class:`relight.Transition`, with the role that made
+it (:mod:`relight.transitions.role_join`). Credit is assigned over all the attempt's calls (see
+:mod:`relight.transitions.credit`) before a role filter keeps the roles being trained, so a filtered
+role's calls still count as steps of the episode. With several
 policies (:mod:`relight.policies`) each transition names the policy that trains it instead.
 
 Only succeeded rollouts yield transitions unless ``include_failed`` is set; then a failed
@@ -15,14 +13,12 @@ rollout's last attempt counts, its calls sharing ``failed_reward`` when it recor
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import IO, Any, cast
+from dataclasses import replace
+from typing import cast
 
 from pydantic import JsonValue
 
@@ -34,6 +30,7 @@ from relight.records import Attempt, AttemptStatus, Mode, Rollout, RolloutStatus
 from relight.store import Store
 from relight.transitions.credit import Call, CreditAssigner, Episode, Event
 from relight.transitions.drops import DropReason, dropped_reason
+from relight.transitions.role_join import JoinedCall, join_roles
 from relight.transitions.trained_calls import trained_calls
 from relight.transitions.verdicts import CallVerdict, Note, Reason, RolloutVerdict
 
@@ -44,22 +41,14 @@ __all__ = [
     "credit_assigner",
     "episode_return",
     "last_attempt_spans",
-    "read_jsonl",
     "reward_role",
     "role_matches",
-    "write_jsonl",
 ]
 
 logger = logging.getLogger(__name__)
 
 PolicyMap = Mapping[str, Policy | str | Sequence[str] | re.Pattern[str]]
 """Policies as given: each name to a :class:`relight.Policy` or a role filter (see :mod:`relight.policies`)."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Joined:
-    span: Span
-    role: str | None
 
 
 def credit_assigner(name: str, **options: float | str) -> CreditAssigner:
@@ -211,7 +200,7 @@ class TransitionBuilder:
                 by_kind.setdefault(span.kind, []).append(span)
         calls = by_kind.get(SpanKind.LLM, [])
         llm = sorted((s for s in calls if s.status_code != "ERROR"), key=lambda s: s.start_time)
-        joined = _join(llm, sorted(by_kind.get(SpanKind.ROLE, []), key=lambda s: s.start_time))
+        joined = join_roles(llm, sorted(by_kind.get(SpanKind.ROLE, []), key=lambda s: s.start_time))
         rewards = [
             Event(span.start_time, value, str(span.attributes.get(semconv.REWARD_NAME, "")), reward_role(span))
             for span in by_kind.get(SpanKind.REWARD, [])
@@ -240,7 +229,7 @@ class TransitionBuilder:
         return sorted(verdicts, key=lambda verdict: verdict.span.start_time)
 
     def _verdict(
-        self, rollout: Rollout, attempt_id: str, step: int, item: _Joined, reward: float, build: bool
+        self, rollout: Rollout, attempt_id: str, step: int, item: JoinedCall, reward: float, build: bool
     ) -> CallVerdict:
         attributes = item.span.attributes
         policy: str | None = None
@@ -293,7 +282,7 @@ class TransitionBuilder:
         )
 
     def _transition(
-        self, rollout: Rollout, attempt_id: str, step: int, item: _Joined, reward: float, policy: str | None
+        self, rollout: Rollout, attempt_id: str, step: int, item: JoinedCall, reward: float, policy: str | None
     ) -> Transition:
         """The call's transition; :meth:`_verdict` has checked it has token ids."""
         attributes = item.span.attributes
@@ -359,54 +348,6 @@ def _metadata(attributes: dict[str, JsonValue]) -> dict[str, JsonValue]:
     if semconv.RETOKENIZED_REASONS in attributes:
         metadata["retokenized_reasons"] = attributes[semconv.RETOKENIZED_REASONS]
     return metadata
-
-
-def _join(llm_spans: Sequence[Span], role_spans: Sequence[Span]) -> list[_Joined]:
-    """Each LLM span with the role of its role span: by response id, then request messages, then order."""
-    roles: dict[str, str | None] = {}
-    unmatched = list(role_spans)
-
-    def pair(llm: Span, role_span: Span) -> None:
-        role = role_span.attributes.get(semconv.ROLE)
-        roles[llm.span_id] = str(role) if role is not None else None
-        unmatched.remove(role_span)
-
-    by_response_id = {
-        str(s.attributes[semconv.GEN_AI_RESPONSE_ID]): s
-        for s in role_spans
-        if s.attributes.get(semconv.GEN_AI_RESPONSE_ID)
-    }
-    for llm in llm_spans:
-        role_span = by_response_id.get(str(llm.attributes.get(semconv.GEN_AI_RESPONSE_ID)))
-        if role_span is not None and role_span in unmatched:
-            pair(llm, role_span)
-    for llm in (s for s in llm_spans if s.span_id not in roles):
-        key = _messages_key(llm.attributes.get(semconv.GEN_AI_INPUT_MESSAGES))
-        role_span = next(
-            (
-                r
-                for r in unmatched
-                if key is not None and _messages_key(r.attributes.get(semconv.GEN_AI_INPUT_MESSAGES)) == key
-            ),
-            None,
-        )
-        if role_span is not None:
-            pair(llm, role_span)
-    for llm in (s for s in llm_spans if s.span_id not in roles):
-        around = [r for r in unmatched if r.start_time <= llm.start_time and llm.end_time <= r.end_time]
-        if around:
-            pair(llm, max(around, key=lambda r: r.start_time))
-    for llm in (s for s in llm_spans if s.span_id not in roles):
-        if unmatched:
-            pair(llm, unmatched[0])
-    return [_Joined(llm, _arrival_role(llm) or roles.get(llm.span_id)) for llm in llm_spans]
-
-
-def _arrival_role(llm: Span) -> str | None:
-    """The role the call named when it reached the gateway (see :mod:`relight.tracing.request_role`): it decided
-    which policy served the call, so it wins over any join."""
-    role = llm.attributes.get(semconv.ROLE)
-    return role if isinstance(role, str) and role else None
 
 
 def _attempt_to_use(rollout: Rollout, attempts: Sequence[Attempt], include_failed: bool) -> str | None:
@@ -480,30 +421,6 @@ def _reason_detail(reason: Reason, rollout: Rollout, attempt: Attempt) -> str:
     return _REASON_DETAILS[reason].format(rollout=rollout, attempt=attempt)
 
 
-def _messages_key(text: JsonValue | None) -> tuple[tuple[str, str], ...] | None:
-    """Request messages reduced to (role, text) pairs, so differently spelled records of one request compare equal."""
-    if not isinstance(text, str):
-        return None
-    try:
-        messages: Any = json.loads(text)
-    except ValueError:
-        return None
-    if not isinstance(messages, list):
-        return None
-    key: list[tuple[str, str]] = []
-    for message in cast(list[Any], messages):
-        if not isinstance(message, dict):
-            return None
-        entry = cast(dict[str, Any], message)
-        content: Any = entry.get("content")
-        if isinstance(content, list):
-            content = "".join(
-                str(cast(dict[str, Any], p).get("text", "")) for p in cast(list[Any], content) if isinstance(p, dict)
-            )
-        key.append((str(entry.get("role", "")), "" if content is None else str(content)))
-    return tuple(key)
-
-
 async def last_attempt_spans(store: Store, rollout_id: str) -> list[Span]:
     """The spans of a rollout's latest attempt, the one its status and reward come from ([] before any)."""
     attempts = await store.list_attempts(rollout_id)
@@ -534,21 +451,3 @@ def reward_role(span: Span) -> str | None:
 
 def _number(value: JsonValue | None) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def write_jsonl(transitions: Iterable[Transition], destination: str | Path | IO[str]) -> int:
-    """Write one transition per line (for SFT or offline RL); returns how many were written."""
-    if isinstance(destination, str | Path):
-        with Path(destination).open("w", encoding="utf-8") as file:
-            return write_jsonl(transitions, file)
-    count = 0
-    for transition in transitions:
-        destination.write(transition.model_dump_json() + "\n")
-        count += 1
-    return count
-
-
-def read_jsonl(source: str | Path) -> list[Transition]:
-    """Transitions written by :func:`write_jsonl`, validated."""
-    with Path(source).open(encoding="utf-8") as file:
-        return [Transition.model_validate_json(line) for line in file if line.strip()]
