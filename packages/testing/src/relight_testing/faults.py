@@ -235,7 +235,7 @@ class _BrokenTracer:
 
 def _fault_target(place: str) -> tuple[object, str, Any]:
     """(object, attribute, replacement) that breaks ``place``."""
-    from relight.tracing import otel, roles
+    from relight.tracing import agent_spans, otel
     from relight.tracing.batcher import SpanBatcher
 
     if place == "reward_emission":
@@ -249,7 +249,7 @@ def _fault_target(place: str) -> tuple[object, str, Any]:
         "batcher.submit": (SpanBatcher, "submit_many", _raising("span batcher's submit")),
         "batcher.write": (SpanBatcher, "_write", _raising("span batcher's write")),
         "batcher.flush": (SpanBatcher, "flush_attempt", _raising("span batcher's flush")),
-        "role_hook": (roles, "call_starts", _raising("role hook")),
+        "role_hook": (agent_spans, "call_starts", _raising("role hook")),
     }
     return targets[place]
 

@@ -11,8 +11,9 @@ span with the token ids, logprobs and policy version to the store::
 
 from relight.gateway.calls.retokenize import HuggingFaceRetokenizer, Retokenizer
 from relight.gateway.errors import GatewayError, UpstreamError
-from relight.gateway.server import Gateway, GatewayStats
+from relight.gateway.server import Gateway
 from relight.gateway.sessions import api_key_for
+from relight.gateway.stats import GatewayStats
 from relight.gateway.upstreams import EngineUpstream, OpenAIUpstream, Upstream, UpstreamPool
 
 __all__ = [

@@ -1,9 +1,11 @@
 """The gateway: forwards each call of a rollout attempt to the policy and records it as an LLM span.
 
 :meth:`Gateway.complete` and :meth:`Gateway.stream` are the whole request path (admission, pause
-gate, replica choice, forwarding, recording, the response id the client sees), apart from HTTP;
-endpoint modules (``/v1/chat/completions`` here, ``/v1/responses`` in :mod:`relight.gateway.dialects.responses`)
-parse their request, call one of them and shape the answer.
+gate, replica choice, forwarding, recording, the response id the client sees), apart from HTTP: the
+routes (:mod:`relight.gateway.http.app`; the foreign APIs in :mod:`relight.gateway.dialects`) parse
+their request, call one of them and shape the answer. The steps of the path live in
+:mod:`relight.gateway.calls`, the upstreams in :mod:`relight.gateway.upstreams`; the gateway serves
+itself through relight's one ASGI server (:class:`relight._internal.server.AsgiServer`).
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ import logging
 import re
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Any
 
 from pydantic import JsonValue
@@ -26,44 +27,26 @@ from relight.algorithm import UpstreamTarget
 from relight.gateway.calls.for_client import ForClient, shaped_chunks
 from relight.gateway.calls.overflow import ContextOverflow, openai_message, overflow_of
 from relight.gateway.calls.record import Exchange, TraceParent
-from relight.gateway.calls.retokenize import HuggingFaceRetokenizer, Retokenizer
+from relight.gateway.calls.recorder import SpanRecorder, is_power_of_ten
+from relight.gateway.calls.retokenize import Retokenizer
 from relight.gateway.calls.routing import PolicyRouter
 from relight.gateway.calls.validate import check_request
 from relight.gateway.errors import GatewayError, UpstreamError
 from relight.gateway.http.app import create_app
 from relight.gateway.sessions import SessionChecker, api_key_for, attempt_of_request
+from relight.gateway.stats import GatewayStats
 from relight.gateway.upstreams import Endpoint, Upstream, UpstreamPool, as_upstream, bursts_of
 from relight.gateway.urls import attempt_base_url
 from relight.policies import Policy
 from relight.store import Store
-from relight.tracing.batcher import SpanBatcher, SpansLostError
+from relight.tracing.batcher import SpanBatcher
 from relight.tracing.context import AttemptRef
-from relight.tracing.hook_failures import hook_failed
 
 __all__ = ["Gateway", "GatewayStats"]
 
 logger = logging.getLogger(__name__)
 
 Json = dict[str, Any]
-
-
-@dataclass(slots=True)
-class GatewayStats:
-    """Counts since the gateway started."""
-
-    calls: int = 0
-    failed: int = 0
-    retokenized: int = 0
-    """Calls whose token ids the gateway made from the text (the upstream gave none)."""
-    untrainable: int = 0
-    """Calls recorded without token ids: no upstream ids and no retokenizer."""
-    late: int = 0
-    """Calls that ended after their attempt had ended; not recorded (the attempt's record is closed)."""
-    refused: int = 0
-    """Requests the gateway refused itself (bad input, no attempt key, an attempt not running, a prompt past
-    the context); those of a running attempt are recorded as failed LLM spans, and counted in ``failed`` too."""
-    capped: int = 0
-    """Calls whose output budget was capped at what the context left (``relight.max_tokens_capped``)."""
 
 
 class Gateway(AsgiServer):
@@ -113,50 +96,34 @@ class Gateway(AsgiServer):
         self.router = PolicyRouter(policies, model) if policies is not None and model else None
         """Chooses each call's policy in a run with several policies; None serves every call as asked."""
         self.pool = UpstreamPool([as_upstream(target) for target in upstreams])
-        self.retokenizer = retokenizer
         self.policy_version = policy_version
         self.max_body_bytes = max_body_bytes
         self.default_max_tokens = default_max_tokens
         self.stats = GatewayStats()
         self._sessions = SessionChecker(store)
-        self._batcher = batcher
-        self._own_batcher = batcher is None
+        self._recorder = SpanRecorder(store, self.stats, self._sessions, retokenizer=retokenizer, batcher=batcher)
         self._open = asyncio.Event()
         self._open.set()
         self._drained = asyncio.Event()
         self._in_flight = 0
         self._held = 0
-        self._unrecorded: list[Exchange] = []
-        self._unsent: set[AttemptRef] = set()
-        """Attempts some of whose spans the batcher did not take (it raised): :meth:`end_attempt` fails them."""
-        self._local_tokenizers: dict[str, Retokenizer | None] = {}
-        self._no_tokenizer: dict[str, str] = {}
         super().__init__(create_app(self), host=host, port=port)
 
     # -- life -------------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        if self._batcher is None:
-            self._batcher = SpanBatcher(self.store)
+        self._recorder.start()
         await super().start()
 
     async def stop(self) -> None:
         """Finish open calls, write every span, close upstream connections."""
         await super().stop()
-        self._write_recorded()
-        if self._batcher is not None:
-            if self._own_batcher:
-                await self._batcher.aclose()
-                self._batcher = None
-            else:
-                await self._batcher.flush()
+        await self._recorder.stop()
         await self.pool.aclose()
 
     async def flush(self) -> None:
         """Return once the span of every call answered so far is in the store."""
-        self._write_recorded()
-        if self._batcher is not None:
-            await self._batcher.flush()
+        await self._recorder.flush()
 
     async def end_attempt(self, session: AttemptRef) -> None:
         """Refuse the attempt's calls from now on; return once the spans of its calls are in the store.
@@ -166,16 +133,7 @@ class Gateway(AsgiServer):
         when some of them could not be written: the attempt must then fail, not succeed with a hole.
         """
         self._sessions.end(session)
-        self._write_recorded()
-        if session in self._unsent:
-            self._unsent.discard(session)
-            raise GatewayError(503, "relight's span batcher did not take the attempt's LLM spans", code="spans_lost")
-        if self._batcher is None:
-            return
-        try:
-            await self._batcher.flush_attempt(session.rollout_id, session.attempt_id)
-        except SpansLostError as error:
-            raise GatewayError(503, str(error), code="spans_lost") from error
+        await self._recorder.flush_attempt(session)
 
     def base_url_for(self, rollout_id: str, attempt_id: str) -> str:
         """The OpenAI base URL that scopes an agent's calls to one attempt."""
@@ -290,7 +248,7 @@ class Gateway(AsgiServer):
                         raise self._failed(exchange, error) from error
         finally:
             self._leave()
-        self._record(exchange)
+        self._recorder.record(exchange)
         shaped = ForClient(body, exchange.response_id, model=asked)(answer)
         assert shaped is not None
         return shaped
@@ -348,7 +306,7 @@ class Gateway(AsgiServer):
                     raise
         finally:
             self._leave()
-            self._record(exchange)
+            self._recorder.record(exchange)
 
     def _route(self, exchange: Exchange, body: Json, role: str | None) -> tuple[Json, str | None]:
         """The body to send upstream (the role's policy as its model, with policies) and the model name the
@@ -419,14 +377,14 @@ class Gateway(AsgiServer):
             return
         error.recorded = True
         self.stats.refused += 1
-        if _is_power_of_ten(self.stats.refused):
+        if is_power_of_ten(self.stats.refused):
             logger.warning(
                 "relight: %d request(s) refused by the gateway so far (gateway.stats.refused); the latest: %d %s",
                 self.stats.refused,
                 error.status_code,
                 error.message,
             )
-        if session is None or self._batcher is None:
+        if session is None or not self._recorder.started:
             return
         body = request or {}
         asked: Json = {"model": body.get("model", ""), "messages": body.get("messages", body.get("input"))}
@@ -434,7 +392,7 @@ class Gateway(AsgiServer):
         exchange.attributes[semconv.REFUSED] = True
         exchange.attributes[semconv.HTTP_STATUS] = error.status_code
         exchange.fail(error.message, error_type=error.code or str(error.status_code))
-        self._record(exchange)
+        self._recorder.record(exchange)
 
     def _failed(
         self, exchange: Exchange, error: Exception, *, record: bool = True, sent: Json | None = None
@@ -452,7 +410,7 @@ class Gateway(AsgiServer):
         error_type = "context_length_exceeded" if overflow else "upstream_error" if status is None else str(status)
         exchange.fail(reason, error_type=error_type, upstream_status=status)
         if record:
-            self._record(exchange)
+            self._recorder.record(exchange)
         if beyond and overflow is not None and overflow.prompt_fits:
             refusal = GatewayError(
                 400,
@@ -472,71 +430,6 @@ class Gateway(AsgiServer):
         refusal.recorded = True
         return refusal
 
-    def _record(self, exchange: Exchange) -> None:
-        """Queue the exchange's span; it is built and submitted just after the answer has gone out.
-
-        Building a span (validation, retokenizing) is the slowest part of recording, and no client
-        should wait for it. :meth:`flush` writes queued spans first, so none is ever left behind.
-        A call of an attempt that has ended meanwhile is not recorded.
-        """
-        if self._sessions.has_ended(exchange.session):
-            self.stats.late += 1
-            return
-        if not self._unrecorded:
-            asyncio.get_running_loop().call_soon(self._write_recorded)
-        self._unrecorded.append(exchange)
-
-    def _write_recorded(self) -> None:
-        exchanges, self._unrecorded = self._unrecorded, []
-        if not exchanges:
-            return
-        if self._batcher is None:
-            raise RuntimeError("the gateway is not started: call start() or use it as a context manager")
-        for exchange in exchanges:
-            if exchange.error is not None:
-                self.stats.failed += 1
-            elif not exchange.has_token_ids:
-                self._fill_token_ids(exchange)
-        try:
-            self._batcher.submit_many([exchange.to_span() for exchange in exchanges])
-        except Exception:  # a bug in recording: the attempts it cost are failed when they end, never left with a hole
-            hook_failed("Gateway: sending LLM spans to the span batcher")
-            self._unsent.update(exchange.session for exchange in exchanges)
-
-    def _fill_token_ids(self, exchange: Exchange) -> None:
-        retokenizer, reason = self._retokenizer_for(exchange)
-        if retokenizer is not None:
-            try:
-                exchange.retokenize(retokenizer)
-                self.stats.retokenized += 1
-                return
-            except Exception as error:
-                reason = f"retokenizing failed: {error!r}"
-        self.stats.untrainable += 1
-        if _is_power_of_ten(self.stats.untrainable):  # the 1st, 10th, 100th…: seen, never flooding
-            logger.warning(
-                "relight: %d call(s) recorded without token ids so far, which cannot be trained on "
-                "(gateway.stats.untrainable); the latest, %s from upstream %s: %s",
-                self.stats.untrainable,
-                exchange.response_id,
-                exchange.upstream,
-                reason,
-            )
-
-    def _retokenizer_for(self, exchange: Exchange) -> tuple[Retokenizer | None, str]:
-        """The configured retokenizer, else the served model's own tokenizer where it is on this machine."""
-        if self.retokenizer is not None:
-            return self.retokenizer, ""
-        model = str(exchange.request.get("model") or exchange.model or "")  # the name asked for, not `name@revision`
-        if model not in self._local_tokenizers:
-            try:
-                self._local_tokenizers[model] = HuggingFaceRetokenizer.for_model(model)
-                logger.info("relight: calls to %s without token ids are retokenized with its local tokenizer", model)
-            except Exception as error:  # no transformers, no such local model: the call stays untrainable
-                self._local_tokenizers[model] = None
-                self._no_tokenizer[model] = f"no retokenizer is configured and none was found for {model!r} ({error})"
-        return self._local_tokenizers[model], self._no_tokenizer.get(model, "")
-
 
 def _overflow(error: UpstreamError) -> ContextOverflow | None:
     """What did not fit the context, if that is why the upstream refused: from an engine's error, or
@@ -550,9 +443,3 @@ def _budget(body: Json) -> tuple[str, object]:
     """The request's output budget: its name (``max_completion_tokens`` where set, else ``max_tokens``) and value."""
     key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
     return key, body.get(key)
-
-
-def _is_power_of_ten(count: int) -> bool:
-    while count % 10 == 0:
-        count //= 10
-    return count == 1
