@@ -1,7 +1,8 @@
 """The core's import graph is the architecture map of docs/architecture.md: layered, acyclic, framework-free.
 
 Every ``import`` in the core counts, at module level or inside a function, so a lazy import cannot
-hide a circle. A part may import only parts of lower layers (and its own modules).
+hide a circle. A part may import only parts of lower layers (and its own modules). The gateway, the
+core's largest part, is layered inside too (:data:`GATEWAY`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,19 @@ LAYERS: list[set[str]] = [
     {"cli"},
 ]
 """Each part of ``relight`` by layer, lowest first (``scripted.scripts`` is the scripted model's vocabulary)."""
+
+GATEWAY: list[set[str]] = [
+    {"gateway._json", "gateway.urls", "gateway.stats", "gateway.overflow"},
+    {"gateway.errors"},
+    {"gateway.sessions", "gateway.upstreams", "gateway.dialects"},
+    {"gateway.calls"},
+    {"gateway.http"},
+    {"gateway.server"},
+    {"gateway"},
+]
+"""The gateway's own parts by layer: its shared vocabulary (JSON, URLs, counts, context overflows), its
+errors, then the upstreams, sessions and foreign API dialects, the path of a call, the HTTP face, the
+server that holds them together, and the package's public names."""
 
 FOREIGN = {"torch", "verl", "vllm", "langchain", "langgraph", "autogen_core", "agents", "crewai"}
 """What the core never imports: training stacks and agent frameworks live in their own packages."""
@@ -116,6 +130,27 @@ def test_every_import_goes_to_a_lower_layer_or_stays_in_its_part() -> None:
         if _part(source) != _part(target) and _layer_of(target) >= _layer_of(source)
     ]
     assert not wrong, "imports against the layers of docs/architecture.md:\n" + "\n".join(sorted(wrong))
+
+
+def test_the_gateway_imports_down_its_own_layers() -> None:
+    def part(module: str) -> str:
+        return next(name for name in sorted(set().union(*GATEWAY), key=len, reverse=True) if _within(module, name))
+
+    def layer(module: str) -> int:
+        return next(index for index, parts in enumerate(GATEWAY) if part(module) in parts)
+
+    wrong = [
+        f"relight.{source} imports relight.{target}"
+        for source, targets in _graph().items()
+        if _within(source, "gateway")
+        for target in targets
+        if _within(target, "gateway") and part(source) != part(target) and layer(target) >= layer(source)
+    ]
+    assert not wrong, "imports against the gateway's layers:\n" + "\n".join(sorted(wrong))
+
+
+def _within(module: str, part: str) -> bool:
+    return module == part or module.startswith(part + ".")
 
 
 def test_no_module_imports_itself_back() -> None:

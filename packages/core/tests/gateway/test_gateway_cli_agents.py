@@ -15,7 +15,7 @@ from rich.console import Console
 
 from relight import semconv
 from relight.gateway import Gateway
-from relight.gateway.calls.overflow import overflow_of
+from relight.gateway.overflow import overflow_of
 from relight.records import AttemptStatus, RolloutRequest, Span
 from relight.scripted import Reply, ScriptedUpstream, ScriptRequest, ToolCall
 from relight.stores.memory import InMemoryStore

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from relight.gateway.calls.overflow import ContextOverflow
+from relight.gateway.overflow import ContextOverflow
 
 __all__ = ["GatewayError", "UpstreamError", "error_body"]
 

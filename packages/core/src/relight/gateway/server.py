@@ -25,7 +25,6 @@ from relight._internal.ids import random_hex
 from relight._internal.server import AsgiServer
 from relight.algorithm import UpstreamTarget
 from relight.gateway.calls.for_client import ForClient, shaped_chunks
-from relight.gateway.calls.overflow import ContextOverflow, openai_message, overflow_of
 from relight.gateway.calls.record import Exchange, TraceParent
 from relight.gateway.calls.recorder import SpanRecorder, is_power_of_ten
 from relight.gateway.calls.retokenize import Retokenizer
@@ -33,6 +32,7 @@ from relight.gateway.calls.routing import PolicyRouter
 from relight.gateway.calls.validate import check_request
 from relight.gateway.errors import GatewayError, UpstreamError
 from relight.gateway.http.app import create_app
+from relight.gateway.overflow import ContextOverflow, openai_message, overflow_of
 from relight.gateway.sessions import SessionChecker, api_key_for, attempt_of_request
 from relight.gateway.stats import GatewayStats
 from relight.gateway.upstreams import Endpoint, Upstream, UpstreamPool, as_upstream, bursts_of
@@ -224,7 +224,7 @@ class Gateway(AsgiServer):
         context), 502 when the upstream failed.
         An output budget past what the context leaves is capped and the call sent again; one past the whole
         context is refused (400 naming it) unless ``cap_budget``, which caps it too (the translated APIs,
-        whose clients size it for frontier models; see :mod:`relight.gateway.calls.overflow`).
+        whose clients size it for frontier models; see :mod:`relight.gateway.overflow`).
         """
         check_request(endpoint, body)
         body = self._with_default_max_tokens(body)

@@ -16,7 +16,7 @@ from pydantic import JsonValue
 from relight import semconv
 from relight._internal.ids import random_hex
 from relight.gateway.calls.retokenize import Retokenizer, end_of_turn, response_text
-from relight.gateway.upstreams import Endpoint
+from relight.gateway.upstreams.protocol import Endpoint
 from relight.records import Span, SpanKind
 from relight.tracing.context import AttemptRef
 

@@ -21,7 +21,7 @@ templates take system turns anywhere; a template that does not makes the upstrea
 
 A prompt past the model's context is answered as Anthropic answers it (400 ``invalid_request_error``,
 "prompt is too long: N tokens > M maximum"), and a ``max_tokens`` past what the context leaves is
-capped (:mod:`relight.gateway.calls.overflow`).
+capped (:mod:`relight.gateway.overflow`).
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ import json
 from collections.abc import Mapping
 from typing import Any, cast
 
-from relight.gateway.calls.overflow import anthropic_message
 from relight.gateway.errors import GatewayError
+from relight.gateway.overflow import anthropic_message
 
 __all__ = ["MessageStream", "chat_request", "error_body", "error_body_of", "message_from_chat", "sse"]
 

@@ -15,8 +15,8 @@ from relight.engine import (
     SamplingParams,
     TokenLogprob,
 )
-from relight.gateway.calls.overflow import ContextOverflow
 from relight.gateway.errors import UpstreamError
+from relight.gateway.overflow import ContextOverflow
 from relight.gateway.upstreams.protocol import Endpoint, Json
 
 __all__ = ["EngineUpstream"]
