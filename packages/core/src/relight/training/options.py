@@ -9,7 +9,7 @@ Both training loops, dev mode and the services a run starts read them from here.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import TypedDict
 
@@ -40,7 +40,7 @@ class GatewayOptions(TypedDict, total=False):
     default_max_tokens: int | None
 
 
-@dataclass(frozen=True, eq=False, kw_only=True)
+@dataclass(frozen=True, eq=False)
 class TrainerOptions:
     """Every setting of a :class:`relight.Trainer` but its algorithm: the trainer's keyword arguments.
 
@@ -48,6 +48,7 @@ class TrainerOptions:
     the asynchronous one what only dynamic sampling needs.
     """
 
+    _: KW_ONLY
     store: Store | str | None = None
     """A store, or a URL for :func:`relight.open_store` (``sqlite:////abs/path.db``: four slashes for an
     absolute path). By default ``fit`` keeps one in its run folder (``store.db``) and ``dev`` one in a
@@ -112,7 +113,7 @@ class TrainerOptions:
     """In asynchronous training, seconds after which an unfinished group is cancelled."""
     resample_stale: bool = False
     """In asynchronous training, sample a group dropped as too stale again (else it is only counted)."""
-    gateway: GatewayOptions = field(default_factory=lambda: GatewayOptions())
+    gateway: GatewayOptions = field(default_factory=GatewayOptions)
     """How the gateway listens and retokenizes."""
     console: Console = field(default_factory=Console)
     """Where tables and progress go."""

@@ -19,7 +19,7 @@ relight's own event loop; ``afit`` and ``adev`` are the same on the running one.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Unpack
 
 from pydantic import JsonValue
@@ -38,7 +38,7 @@ from relight.training.search_fit import SearchFitRun
 __all__ = ["Trainer"]
 
 
-@dataclass(frozen=True, eq=False, kw_only=True)
+@dataclass(frozen=True, eq=False)
 class Trainer(TrainerOptions):
     """Runs rollouts of an agent and trains its policy with ``algorithm``.
 
@@ -52,7 +52,7 @@ class Trainer(TrainerOptions):
             prompts); only :meth:`fit` needs one.
     """
 
-    algorithm: Algorithm | SearchAlgorithm | None = field(default=None, kw_only=False)
+    algorithm: Algorithm | SearchAlgorithm | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
