@@ -28,6 +28,7 @@ from relight.replay.spans import span_differences
 from relight.runners.runner import Runner
 from relight.scripted.server import ScriptedUpstream
 from relight.store import Store
+from relight.training.search import publish_changed
 from relight.transitions.builder import episode_return
 
 __all__ = ["ReplayResult", "replay"]
@@ -70,7 +71,8 @@ async def replay(
     timeout: float | None = 300.0,
 ) -> ReplayResult:
     """Run ``agent`` on ``rollout_id``'s task against the recorded answers of its attempt ``attempt_id`` (its last
-    by default), recording into ``into``.
+    by default), recording into ``into``. The agent reads the resources (prompts) the recording ran with: that
+    version's items are published in ``into`` and the replay pinned to them.
 
     Raises:
         relight.NotFoundError: ``source`` holds no such rollout or attempt.
@@ -95,6 +97,7 @@ async def replay(
             rollout_id=replay_id,
             max_attempts=1,
             metadata=recorded.metadata,
+            resources_version=await _same_resources(source, into, recorded),
         )
         await into.enqueue([request])
         runner = Runner(
@@ -122,3 +125,12 @@ async def replay(
         unanswered=[] if script.divergence is not None else script.unanswered,
         differences=span_differences(recording.spans, spans),
     )
+
+
+async def _same_resources(source: Store, into: Store, recorded: Rollout) -> int | None:
+    """The version of ``into`` holding the resources (prompts) the recorded rollout ran with, published there
+    for the replay; None when the recording was pinned to none."""
+    if recorded.resources_version is None:
+        return None
+    items = (await source.get_resources(recorded.resources_version)).items
+    return (await publish_changed(into, items)).version

@@ -5,7 +5,9 @@ server that answered differ between any two runs; everything else a span says (i
 messages, tokens, tool results and rewards in its attributes, and which span it sits under) is compared.
 Spans are compared as collections, so spans that start in another order (concurrent calls) still match.
 What a trainer or a rescore wrote on the attempt afterwards (what was trained or dropped, rescored rewards)
-is no part of what the agent did, and is left out.
+is no part of what the agent did, and is left out. A resource the agent read is compared by its name and
+where it came from (published or the default), not by the number of the resources version that held it:
+each store numbers its versions itself, and a replay publishes the recorded items in its own store.
 """
 
 from __future__ import annotations
@@ -68,6 +70,8 @@ def _facts(spans: Sequence[Span]) -> list[str]:
             continue
         parent = by_id.get(span.parent_id) if span.parent_id else None
         attributes = {key: value for key, value in span.attributes.items() if key not in VOLATILE_ATTRIBUTES}
+        if span.kind is SpanKind.ANNOTATION and semconv.RESOURCE_SOURCE in attributes:
+            attributes = _without_version_number(attributes)
         fact: dict[str, Any] = {
             "name": span.name,
             "status": span.status_code,
@@ -77,3 +81,17 @@ def _facts(spans: Sequence[Span]) -> list[str]:
         }
         facts.append(json.dumps(fact, sort_keys=True, ensure_ascii=False, default=str))
     return facts
+
+
+def _without_version_number(attributes: Mapping[str, Any]) -> dict[str, Any]:
+    """A resource read's attributes without the number its store gave the version read (see the module)."""
+    kept = {key: value for key, value in attributes.items() if key != semconv.RESOURCES_VERSION}
+    annotation = kept.get(semconv.ANNOTATION)
+    if isinstance(annotation, str):
+        try:
+            read = json.loads(annotation)
+        except ValueError:
+            return kept
+        if isinstance(read, dict):
+            kept[semconv.ANNOTATION] = json.dumps({k: v for k, v in read.items() if k != "version"}, sort_keys=True)
+    return kept
