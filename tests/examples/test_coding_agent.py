@@ -140,14 +140,25 @@ def test_cpu_training_wires_codex_to_the_long_context_tiny_model(tmp_path: Path)
         len(_ints(span, semconv.RESPONSE_TOKEN_IDS)) == len(span.attributes[semconv.RESPONSE_LOGPROBS])  # type: ignore[arg-type]
         for span in spans
     )
-    # The forced first call is a tool call; where its arguments fit the 48-token budget the CLI ran it and
-    # sent the result back (a call cut at the budget is no call): a round trip in at least one rollout.
-    with_results = [
-        span
-        for span in spans
-        if any(m["role"] == "tool" for m in json.loads(str(span.attributes[semconv.GEN_AI_INPUT_MESSAGES])))
-    ]
-    assert with_results
+    # Each rollout's first call is forced to be a tool call (a model whose template knows no tools never
+    # calls one): it starts a <tool_call> block naming one of the tools Codex offered. Whether the CLI could run
+    # it depends on the random model closing its arguments within the 48-token budget, so the round trip
+    # itself is the scripted test's (test_the_cli_completes_rollouts_in_dev_mode_through_the_gateway_only).
+    offered = {str(tool["function"]["name"]) for span in spans for tool in _tools(span)}
+    firsts = [span for span in spans if not any(m["role"] == "tool" for m in _messages(span))]
+    assert firsts
+    for span in firsts:
+        (reply,) = json.loads(str(span.attributes[semconv.GEN_AI_OUTPUT_MESSAGES]))
+        text = reply.get("content") or json.dumps(reply.get("tool_calls"))
+        assert any(f'"{name}"' in text for name in offered), text[:200]
+
+
+def _messages(span: Span) -> list[dict[str, Any]]:
+    return json.loads(str(span.attributes[semconv.GEN_AI_INPUT_MESSAGES]))
+
+
+def _tools(span: Span) -> list[dict[str, Any]]:
+    return json.loads(str(span.attributes.get(semconv.GEN_AI_TOOL_DEFINITIONS, "[]")))
 
 
 async def _all_spans(store: SqliteStore) -> list[Span]:
