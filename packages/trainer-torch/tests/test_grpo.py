@@ -9,7 +9,7 @@ from relight.records import Transition
 from relight.transitions.trained_calls import ReportsAdvantages
 from relight_testing.torch_updates import QUESTION, answers, final_gradients
 from relight_torch.algorithms.advantages import episode_weights, grpo_advantages, reinforce_pp_advantages
-from relight_torch.algorithms.grpo import GRPO
+from relight_torch.algorithms.grpo import GRPO, LossType
 from relight_torch.learner.learner import Sample
 from relight_torch.models.tiny import tiny_engine
 
@@ -25,7 +25,11 @@ def test_grpo_advantages_by_hand() -> None:
     expected = [math.sqrt(3) / 2, -math.sqrt(3) / 2] * 2 + [3.0]
     assert torch.allclose(advantages, torch.tensor(expected), atol=1e-5)
     assert grpo_advantages([2.0, 2.0], ["a", "a"]).tolist() == [0.0, 0.0]
-    assert grpo_advantages([1.0, 0.0], ["a", "a"], scale_by_std=False).tolist() == [0.5, -0.5]
+    assert grpo_advantages([1.0, 0.0], ["a", "a"], scale_rewards="none").tolist() == [0.5, -0.5]
+    # "batch": each group's mean, the whole batch's deviation (of [1, 0, 3, 5]: unbiased std sqrt(131/12)).
+    batch = grpo_advantages([1.0, 0.0, 3.0, 5.0], ["a", "a", "b", "b"], scale_rewards="batch")
+    deviation = float(torch.tensor([1.0, 0.0, 3.0, 5.0]).std()) + 1e-6
+    assert batch.tolist() == pytest.approx([a / deviation for a in (0.5, -0.5, -1.0, 1.0)])
 
 
 def test_episode_advantages_and_weights_by_hand() -> None:
@@ -40,23 +44,42 @@ def test_episode_advantages_and_weights_by_hand() -> None:
         grpo_advantages([1.0, 0.0], ["a", "a"], episode_ids=["r"])
 
 
-def test_per_episode_gives_a_long_wrong_episode_no_more_weight_than_a_short_right_one() -> None:
+def test_the_grpo_loss_type_gives_a_long_wrong_episode_no_more_weight_than_a_short_right_one() -> None:
     with tiny_engine(seed=0) as engine:
         transitions = answers(engine, ["84", "19", "1234567", "1234567"], [1.0, 0.0, 0.0, 0.0])
     # The wrong episode "ro-1" made three calls, the last two long: one answer, three transitions.
     transitions = [t.model_copy(update={"rollout_id": "ro-0" if i == 0 else "ro-1"}) for i, t in enumerate(transitions)]
 
-    def pushes(per_episode: bool) -> tuple[float, float]:
-        samples = GRPO(engine, per_episode=per_episode).samples(transitions)
-        weighted = [s.advantage * len(s.response_ids) for s in samples]
+    def pushes(loss_type: LossType) -> tuple[float, float]:
+        samples = GRPO(engine, loss_type=loss_type).samples(transitions)
+        weighted = [s.advantage * s.loss_weight * len(s.response_ids) for s in samples]
         return weighted[0], sum(weighted[1:])
 
-    up, down = pushes(per_episode=True)
+    up, down = pushes("grpo")
     assert up == pytest.approx(-down)  # each episode's tokens together weigh alike
-    up, down = pushes(per_episode=False)
+    up, down = pushes("dapo")
     assert -down > 2 * up  # per token, the long wrong episode outweighs the right one
-    with pytest.raises(ValueError, match="per_episode"):
-        GRPO(engine, estimator="reinforce++", per_episode=True)
+
+
+def test_the_former_option_names_still_work_with_a_deprecation_warning() -> None:
+    with tiny_engine(seed=0) as engine:
+        with pytest.warns(DeprecationWarning, match="per_episode"):
+            assert GRPO(engine, per_episode=True).loss_type == "grpo"
+        with pytest.warns(DeprecationWarning, match="scale_by_std"):
+            assert GRPO(engine, scale_by_std=False).scale_rewards == "none"
+        with pytest.warns(DeprecationWarning, match="clip"):
+            loss = GRPO(engine, clip=0.1).loss
+        assert (loss.epsilon, loss.epsilon_high) == (0.1, 0.1)
+        with pytest.warns(DeprecationWarning, match="kl_coef"):
+            assert GRPO(engine, kl_coef=0.5).loss.beta == 0.5
+        with pytest.warns(DeprecationWarning, match="scale_by_std"):
+            assert grpo_advantages([1.0, 0.0], ["a", "a"], scale_by_std=False).tolist() == [0.5, -0.5]
+        with pytest.raises(ValueError, match="max_completion_length"):
+            GRPO(engine, loss_type="dr_grpo")
+        with pytest.raises(ValueError, match="scale_rewards"):
+            GRPO(engine, estimator="reinforce++", scale_rewards="none")
+        with pytest.raises(ValueError, match="loss_type"):
+            GRPO(engine, loss_type="sapo")  # type: ignore[arg-type]
 
 
 def test_reinforce_pp_advantages_by_hand() -> None:
@@ -94,14 +117,14 @@ def test_micro_batches_give_the_same_gradient_as_one_batch() -> None:
 
 def test_the_kl_penalty_starts_at_zero_and_holds_the_policy_near_the_reference() -> None:
     drift = {}
-    for kl_coef in (0.0, 2.0):
+    for beta in (0.0, 2.0):
         with tiny_engine(seed=0) as engine:
             transitions = answers(engine, ["84", "19"], [1.0, 0.0])
-            algorithm = GRPO(engine, lr=3e-3, kl_coef=kl_coef)
+            algorithm = GRPO(engine, lr=3e-3, beta=beta)
             start = total_logprobs(algorithm, transitions)
             steps = [algorithm.learn(transitions) for _ in range(6)]
-            drift[kl_coef] = sum(abs(a - b) for a, b in zip(start, total_logprobs(algorithm, transitions), strict=True))
-            if kl_coef:
+            drift[beta] = sum(abs(a - b) for a, b in zip(start, total_logprobs(algorithm, transitions), strict=True))
+            if beta:
                 assert steps[0]["kl"] == pytest.approx(0.0, abs=1e-6)  # the policy starts as the reference
                 assert steps[-1]["kl"] > 0
                 assert algorithm.loss.reference is not None
@@ -170,7 +193,7 @@ def test_calls_recorded_without_logprobs_are_anchored_to_the_policy_before_the_u
             if not recorded:  # as the gateway stores a call it retokenized
                 retokenized = {"response_logprobs": None, "retokenized": True}
                 transitions = [t.model_copy(update=retokenized) for t in transitions]
-            metrics = GRPO(engine, lr=1e-2, epochs=2, clip=0.05).learn(transitions)
+            metrics = GRPO(engine, lr=1e-2, epochs=2, epsilon=0.05).learn(transitions)
             weights.append(torch.cat([p.detach().flatten() for p in engine.model.parameters()]))
             assert metrics["samples_without_logprobs"] == (0 if recorded else 4)
     assert torch.allclose(weights[0], weights[1], atol=1e-6)

@@ -25,12 +25,14 @@ QUESTION = [{"role": "user", "content": "What is 12 * 7?"}]
 
 @contextmanager
 def final_gradients(model: torch.nn.Module) -> Iterator[list[torch.Tensor]]:
-    """Each parameter's gradient as the block's last backward pass left it (clipped, if the learner clipped it).
+    """Each trainable parameter's gradient as the block's last backward pass left it (clipped, if the learner
+    clipped it).
 
-    The learner drops every gradient once its parameter has moved, so tests that compare
-    gradients take them here: the list is filled, in ``model.parameters()`` order, when the block ends.
+    The learner drops every gradient once its parameter has moved, so tests that compare gradients take
+    them here: the list is filled, in ``model.parameters()`` order, when the block ends; parameters that
+    do not require gradients (frozen layers) have no place in it.
     """
-    parameters = list(model.parameters())
+    parameters = [parameter for parameter in model.parameters() if parameter.requires_grad]
     seen: dict[int, torch.Tensor] = {}
 
     def keep(index: int) -> Any:

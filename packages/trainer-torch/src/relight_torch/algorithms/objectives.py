@@ -28,11 +28,16 @@ def negative_log_likelihood(
 class PolicyGradientLoss:
     """PPO's clipped surrogate with each sample's advantage, plus an optional KL penalty to a reference.
 
+    Per token ``-min(r A, clip(r, 1 - epsilon, 1 + epsilon_high) A) + beta KL``, as TRL's ``GRPOTrainer``
+    writes it; how the tokens' terms are summed into a loss (TRL's ``loss_type``) is the algorithm's choice
+    (:class:`~relight_torch.algorithms.grpo.GRPO`).
+
     Args:
-        clip: ε of the ratio's clip range ``[1 - ε, 1 + ε]``.
-        reference: A frozen copy of the starting policy; with ``kl_coef > 0`` the loss adds
-            ``kl_coef`` times the k3 estimate of KL(policy ‖ reference) per token.
-        kl_coef: The KL penalty's weight.
+        epsilon: The ratio's clip range's lower side, ``1 - epsilon`` (PPO's ε).
+        epsilon_high: Its upper side, ``1 + epsilon_high``; None is ``epsilon`` (DAPO raises it: "clip higher").
+        reference: A frozen copy of the starting policy; with ``beta > 0`` the loss adds ``beta`` times
+            the k3 estimate of KL(policy ‖ reference) per token.
+        beta: The KL penalty's weight.
         tis_cap: The truncation of the importance weights of samples with ``behaviour_logprobs``, each
             token's weight ``min(π_θ / π_behaviour, tis_cap)`` taken from this forward pass's logprobs
             (see :mod:`relight_torch.algorithms.offpolicy`); their statistics are sums over those tokens
@@ -43,18 +48,22 @@ class PolicyGradientLoss:
     def __init__(
         self,
         *,
-        clip: float = 0.2,
+        epsilon: float = 0.2,
+        epsilon_high: float | None = None,
         reference: PreTrainedModel | None = None,
-        kl_coef: float = 0.0,
+        beta: float = 0.0,
         tis_cap: float | None = None,
     ) -> None:
-        if kl_coef > 0 and reference is None:
-            raise ValueError("kl_coef > 0 needs a reference model to measure the KL against")
+        if beta > 0 and reference is None:
+            raise ValueError("beta > 0 needs a reference model to measure the KL against")
         if tis_cap is not None and tis_cap <= 0:
             raise ValueError(f"the importance-weight cap must be positive, got {tis_cap}")
-        self.clip = clip
+        if epsilon < 0 or (epsilon_high is not None and epsilon_high < 0):
+            raise ValueError(f"epsilon and epsilon_high must be at least 0, got {epsilon} and {epsilon_high}")
+        self.epsilon = epsilon
+        self.epsilon_high = epsilon if epsilon_high is None else epsilon_high
         self.reference = reference
-        self.kl_coef = kl_coef
+        self.beta = beta
         self.tis_cap = tis_cap
 
     def __call__(
@@ -65,7 +74,7 @@ class PolicyGradientLoss:
         advantages = torch.tensor([s.advantage for s in samples], dtype=logprobs.dtype, device=logprobs.device)
         advantages = advantages.unsqueeze(1)
         ratio = torch.exp(logprobs - old)
-        clipped = ratio.clamp(1 - self.clip, 1 + self.clip)
+        clipped = ratio.clamp(1 - self.epsilon, 1 + self.epsilon_high)
         weights, weighed = self._importance_weights(samples, logprobs, mask)
         per_token = -torch.minimum(ratio * advantages, clipped * advantages) * weights
         stats = {
@@ -73,13 +82,16 @@ class PolicyGradientLoss:
             "ratio": float((ratio.detach() * mask).sum()),
             **weighed,
         }
-        if self.kl_coef > 0 and self.reference is not None:
+        if self.beta > 0 and self.reference is not None:
             with torch.no_grad():
                 reference = response_logprobs(self.reference, batch)
             log_ratio = reference - logprobs
             kl = torch.exp(log_ratio) - log_ratio - 1
-            per_token = per_token + self.kl_coef * kl
+            per_token = per_token + self.beta * kl
             stats["kl"] = float((kl.detach() * mask).sum())
+        if any(sample.loss_weight != 1.0 for sample in samples):
+            rows = torch.tensor([s.loss_weight for s in samples], dtype=logprobs.dtype, device=logprobs.device)
+            mask = mask * rows.unsqueeze(1)
         return (per_token * mask).sum(), stats
 
     def _importance_weights(

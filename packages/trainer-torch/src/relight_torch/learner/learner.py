@@ -45,6 +45,9 @@ class Sample:
     """Per-token logprobs of the engine that sampled the response, when the loss is to weigh each token by
     its importance weight against the policy's logprobs in the update's own forward pass (an update of one
     optimizer step, whose PPO anchor is the current policy: see :mod:`relight_torch.algorithms.offpolicy`)."""
+    loss_weight: float = 1.0
+    """What each of the response's tokens counts for in the summed loss (GRPO's ``loss_type="grpo"`` makes an
+    episode's tokens count as much together as any other episode's); the policy-gradient loss reads it."""
 
 
 TokenLoss = Callable[[torch.Tensor, PackedBatch, Sequence[Sample]], tuple[torch.Tensor, dict[str, float]]]

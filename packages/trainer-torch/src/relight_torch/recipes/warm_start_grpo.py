@@ -51,7 +51,7 @@ from relight.records import Mode, RolloutStatus, SpanKind, Transition
 from relight.scripted import Script, ScriptedUpstream
 from relight.store import Store
 from relight.transitions.builder import RoleFilter, TransitionBuilder
-from relight_torch.algorithms.grpo import GRPO, UpdateCallback
+from relight_torch.algorithms.grpo import GRPO, LossType, UpdateCallback
 from relight_torch.algorithms.sft import SFT, Conversation, conversation_samples
 from relight_torch.engine.torch_engine import TorchEngine
 from relight_torch.vllm.server_process import vllm_python
@@ -73,9 +73,11 @@ class Recipe:
     tasks_per_iteration: int = 4
     samples_per_task: int = 4
     lr: float = 1e-5
-    clip: float = 0.2
-    per_episode: bool = False
-    """Each episode counts once in GRPO, however many calls and tokens it has (see :class:`GRPO`)."""
+    epsilon: float = 0.2
+    """PPO's clip range, ``[1 - epsilon, 1 + epsilon]``."""
+    loss_type: LossType = "dapo"
+    """How GRPO sums the tokens' terms into its loss (:data:`~relight_torch.algorithms.grpo.LossType`); ``"grpo"``
+    counts each episode once, however many calls and tokens it has."""
     mini_batches: int = 1
     """Optimizer steps per GRPO update, each on a part of the batch: more steps for the same sampling and compute."""
     eval_tasks: int = 40
@@ -101,9 +103,9 @@ class Recipe:
                        samples_per_task=2, eval_tasks=2)  # fmt: skip
 
     def grpo(self, engine: TorchEngine, callbacks: Sequence[UpdateCallback] = ()) -> GRPO:
-        """GRPO on ``engine`` with this recipe's learning rate, clip, seed and token budget."""
+        """GRPO on ``engine`` with this recipe's learning rate, clip range, loss type, seed and token budget."""
         return GRPO(
-            engine, lr=self.lr, clip=self.clip, per_episode=self.per_episode, mini_batches=self.mini_batches,
+            engine, lr=self.lr, epsilon=self.epsilon, loss_type=self.loss_type, mini_batches=self.mini_batches,
             callbacks=callbacks, **self.learner_options(),
         )  # fmt: skip
 
@@ -322,7 +324,7 @@ def vllm_grpo(
     if recipe.trained_layers is not None and not lora:
         train_top(policy.model, recipe.trained_layers)
     return VLLMGRPO(
-        policy, lr=recipe.lora_lr if lora else recipe.lr, clip=recipe.clip, per_episode=recipe.per_episode,
+        policy, lr=recipe.lora_lr if lora else recipe.lr, epsilon=recipe.epsilon, loss_type=recipe.loss_type,
         mini_batches=recipe.mini_batches, callbacks=callbacks, **recipe.learner_options(),
     )  # fmt: skip
 

@@ -52,7 +52,7 @@ class VLLMGRPO(GRPO):
             adapter beside the old one, so a call finishes on the adapter it started on (its span records
             that version) while new calls go to the new one. A full-weight reload replaces the weights under
             every call in flight, so it is always done with the gateway paused.
-        options: :class:`~relight_torch.GRPO`'s (``lr``, ``clip``, ``tis_cap``, …).
+        options: :class:`~relight_torch.GRPO`'s (``lr``, ``loss_type``, ``epsilon``, ``tis_cap``, …).
     """
 
     engine_numerics_differ = True
