@@ -27,13 +27,12 @@ import json
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import psutil
+from _process_tree import TreePeak
 from rich.console import Console
 from rich.table import Table
 
@@ -60,42 +59,6 @@ def child(engine: str, steps: int, eval_tasks: int, out: Path) -> None:
         )  # fmt: skip
     finally:
         model.close()
-
-
-class TreePeak:
-    """The peak memory of a process and all its descendants, sampled in a thread: summed PSS and summed RSS."""
-
-    def __init__(self, pid: int, every: float = 0.2) -> None:
-        self.root = psutil.Process(pid)
-        self.every = every
-        self.peak_pss = 0
-        self.peak_rss = 0
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
-
-    def _sample(self) -> None:
-        while not self._done.wait(self.every):
-            try:
-                processes = [self.root, *self.root.children(recursive=True)]
-            except psutil.NoSuchProcess:
-                return
-            pss = rss = 0
-            for process in processes:
-                try:
-                    memory = process.memory_full_info()
-                except psutil.NoSuchProcess:
-                    continue
-                pss += memory.pss
-                rss += memory.rss
-            self.peak_pss = max(self.peak_pss, pss)
-            self.peak_rss = max(self.peak_rss, rss)
-
-    def stop(self) -> tuple[float, float]:
-        """The peaks in GiB: summed PSS, summed RSS."""
-        self._done.set()
-        self._thread.join()
-        return self.peak_pss / 2**30, self.peak_rss / 2**30
 
 
 def measure(engine: str, steps: int, eval_tasks: int, out: Path, console: Console) -> dict[str, Any]:

@@ -11,10 +11,14 @@ process of its own, and reads back the ``scenario.json`` it writes in its run fo
   process's peak resident memory).
 - ``calls_per_s``, ``gen_tok_per_s``: LLM calls and generated tokens per second of rollout time;
   ``train_tok_per_s``: prompt and response tokens per second of GRPO update time.
+- ``<role>_before`` / ``<role>_after``: each role's held-out reward, the credit relight gives the role's calls
+  (a role's own reward where the agent emits one, as the sql checker's verdict accuracy; else the episode's)
+  averaged per rollout.
 - ``verify``: what ``relight verify`` says of the run's store (``clean``, or the kinds of problem it found).
 
-With several seeds, a last row gives each figure's mean and its spread across the seeds (the sample standard
-deviation), and ``--json`` a last object with both.
+The *before* figures come from the validation before the first update. With several seeds, a last row gives
+each figure's mean and its spread across the seeds (the sample standard deviation), and ``--json`` a last
+object with both.
 
     python benchmarks/scenarios.py --scenario calc --seeds 0 1 2        # a table
     python benchmarks/scenarios.py --scenario sql --seeds 0 --json      # one JSON object per line
@@ -23,9 +27,9 @@ deviation), and ``--json`` a last object with both.
 
 With ``--policies N`` (sql, crew: the examples that name policies) each seed runs twice, the same recipe
 with one LoRA policy (``--policies 1``: the writer/rewriter, the analyst) and with N (``--policies N``:
-the checker, the reporter too): ``policies``, the held-out figures the example reports besides its reward
-(sql: ``checker_before``/``checker_after``, the checker's verdict accuracy), and ``wall_ratio``, the N-policy
-run's wall time over the one-policy run's of the same seed.
+the checker, the reporter too): ``policies``, each role's held-out reward before and after (the roles a policy
+does not train are served by the warm-started weights), and ``wall_ratio``, the N-policy run's wall time over
+the one-policy run's of the same seed.
 
 Rollouts are sampled by a vLLM server (relight_torch.vllm) wherever the vLLM environment (.venv-vllm) exists,
 as the training commands do by default; ``--engine torch`` samples with TorchEngine in the training process.
@@ -59,10 +63,8 @@ SCRIPTS = {
     "crew": ROOT / "examples" / "crew" / "crew_train.py",
 }
 COLUMNS = ("before", "after", "gain", "wall_s", "rl_s", "peak_gb", "calls_per_s", "gen_tok_per_s", "train_tok_per_s")
-SPREAD = (*COLUMNS, "checker_before", "checker_after", "wall_ratio")
-"""The figures whose mean and spread across seeds are reported."""
-POLICY_COLUMNS = ("policies", "checker_before", "checker_after", "wall_ratio")
-"""Added with ``--policies``: the number of policies, the sql checker's verdict accuracy, the wall-time ratio."""
+POLICY_COLUMNS = ("policies", "wall_ratio")
+"""Added with ``--policies``: the number of policies and the wall-time ratio (each role's figures follow)."""
 
 
 def run(scenario: str, seed: int, out: Path, extra: list[str]) -> dict[str, Any]:
@@ -99,6 +101,11 @@ def run(scenario: str, seed: int, out: Path, extra: list[str]) -> dict[str, Any]
             for name, figures in (summary.get("held_out_figures") or {}).items()
             for when, value in figures.items()
         },
+        **{
+            f"{role}_{when}": value
+            for role, figures in (summary.get("held_out_by_role") or {}).items()
+            for when, value in figures.items()
+        },
         "verify": asyncio.run(_verify(out / "store.db")),
         "run_folder": str(out),
     }
@@ -117,7 +124,8 @@ async def _verify(path: Path) -> str:
 def spread(results: list[dict[str, Any]]) -> dict[str, Any]:
     """Each figure's mean and sample standard deviation across the seeds of ``results`` (None for one seed)."""
     figures: dict[str, Any] = {"benchmark": "scenarios", "seeds": [r["seed"] for r in results]}
-    for column in SPREAD:
+    numbers = {k for r in results for k, v in r.items() if isinstance(v, int | float) and k not in ("seed", "policies")}
+    for column in sorted(numbers):
         values = [r[column] for r in results if isinstance(r.get(column), int | float)]
         if values:
             figures[column] = {
@@ -167,7 +175,8 @@ def main() -> None:
         for figures in spreads if len(args.seeds) > 1 else []:
             print(json.dumps(figures), flush=True)
         return
-    columns = COLUMNS + (POLICY_COLUMNS if counts else ())
+    roles = sorted({key for result in results for key in result if key.endswith(("_before", "_after"))})
+    columns = COLUMNS + ((*POLICY_COLUMNS, *roles) if counts else ())
     table = Table(title=f"{args.scenario}: SmolLM2-135M-Instruct on the CPU, held-out reward", title_justify="left")
     table.add_column("seed", justify="right")
     for column in (*columns, "verify"):

@@ -95,6 +95,21 @@ async def test_a_failed_attempt_gives_the_other_roles_the_failed_reward(store: I
     assert [(t.role, t.reward) for t in transitions] == [("w", -1.0), ("c", 0.5), ("w", -1.0)]
 
 
+async def test_a_role_with_a_reward_of_its_own_forms_groups_of_its_own(store: InMemoryStore) -> None:
+    # The checker's credit is its verdicts' accuracy, the writer's the outcome: two signals a group-relative
+    # algorithm must not normalise together, as it would if one policy trained both roles.
+    rollout = await attempt(store, [(0.25, "c"), (1.0, None)], AttemptStatus.SUCCEEDED)
+    one_policy = TransitionBuilder(policies={"shared": ["w", "c"]})
+    transitions = await one_policy.from_store(store, [rollout])
+    assert [(t.role, t.group_id, t.policy) for t in transitions] == [
+        ("w", "g", "shared"),
+        ("c", "g/c", "shared"),
+        ("w", "g", "shared"),
+    ]
+    only_outcome = await attempt(store, [(1.0, None)], AttemptStatus.SUCCEEDED)
+    assert {t.group_id for t in await one_policy.from_store(store, [only_outcome])} == {"g"}
+
+
 def test_a_reward_role_must_name_a_role() -> None:
     with attempt_scope("r", "r-a1"), pytest.raises(ValueError, match="reward role must be"):
         emit_reward(1.0, role="")

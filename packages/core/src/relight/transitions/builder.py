@@ -66,7 +66,11 @@ class TransitionBuilder:
             policy that trains it, and a call of a role no policy names, or of a frozen policy, is left
             out. Instead of ``roles``, never with it.
         credit: the name of a registered credit assigner (``identical``, ``discounted``, ``per_step``, ``air``).
-        group_by_role: group transitions by task and role (``<group>/<role>``) rather than by task.
+        group_by_role: group transitions by task and role (``<group>/<role>``) rather than by task. The calls of
+            a role with a reward of its own (``relight.emit_reward(..., role=...)``) are grouped so in any case:
+            their credit is that reward, another signal than the other calls' episode reward, so a group-relative
+            algorithm must not weigh one against the other (they would otherwise share a group when one policy
+            trains both roles).
         include_failed: also make transitions of failed rollouts (from their last attempt).
         failed_reward: the return of a failed attempt that recorded no reward.
         include_inexact: also train calls whose token ids are not exactly the call (``relight.retokenized.exact``
@@ -217,8 +221,9 @@ class TransitionBuilder:
         credit = self.assign(
             Episode(episode, sorted(rewards, key=lambda e: e.time), sorted(tools, key=lambda e: e.time))
         )
+        rewarded_roles = {event.role for event in rewards if event.role is not None}
         verdicts = [
-            self._verdict(rollout, attempt_id, step, item, reward, build)
+            self._verdict(rollout, attempt_id, step, item, reward, build, rewarded_roles)
             for step, (item, reward) in enumerate(zip(joined, credit, strict=True))
         ]
         verdicts += [
@@ -229,7 +234,14 @@ class TransitionBuilder:
         return sorted(verdicts, key=lambda verdict: verdict.span.start_time)
 
     def _verdict(
-        self, rollout: Rollout, attempt_id: str, step: int, item: JoinedCall, reward: float, build: bool
+        self,
+        rollout: Rollout,
+        attempt_id: str,
+        step: int,
+        item: JoinedCall,
+        reward: float,
+        build: bool,
+        rewarded_roles: frozenset[str] | set[str] = frozenset(),
     ) -> CallVerdict:
         attributes = item.span.attributes
         policy: str | None = None
@@ -269,7 +281,8 @@ class TransitionBuilder:
         finish = attributes.get(semconv.GEN_AI_RESPONSE_FINISH_REASONS)
         if isinstance(finish, list) and "length" in finish:
             notes.append(Note.TRUNCATED)
-        transition = self._transition(rollout, attempt_id, step, item, reward, policy) if build else None
+        own_group = self.group_by_role or item.role in rewarded_roles
+        transition = self._transition(rollout, attempt_id, step, item, reward, policy, own_group) if build else None
         return CallVerdict(
             span=item.span,
             step=step,
@@ -282,15 +295,23 @@ class TransitionBuilder:
         )
 
     def _transition(
-        self, rollout: Rollout, attempt_id: str, step: int, item: JoinedCall, reward: float, policy: str | None
+        self,
+        rollout: Rollout,
+        attempt_id: str,
+        step: int,
+        item: JoinedCall,
+        reward: float,
+        policy: str | None,
+        own_group: bool,
     ) -> Transition:
-        """The call's transition; :meth:`_verdict` has checked it has token ids."""
+        """The call's transition; :meth:`_verdict` has checked it has token ids. ``own_group``: grouped with its
+        role's calls only (``<group>/<role>``)."""
         attributes = item.span.attributes
         prompt_ids = cast(list[int], attributes[semconv.PROMPT_TOKEN_IDS])
         response_ids = cast(list[int], attributes[semconv.RESPONSE_TOKEN_IDS])
         logprobs = attributes.get(semconv.RESPONSE_LOGPROBS)
         version = attributes.get(semconv.POLICY_VERSION)
-        group = f"{rollout.group_id}/{item.role}" if self.group_by_role and item.role else rollout.group_id
+        group = f"{rollout.group_id}/{item.role}" if own_group and item.role else rollout.group_id
         return Transition(
             rollout_id=rollout.rollout_id,
             attempt_id=attempt_id,

@@ -222,6 +222,9 @@ def train_agent(
     names as ``trained_policies`` (the crew samples its reporter only when it is trained).
     ``held_out_figures`` names numbers the agent records with ``relight.emit_annotation({name: value})``
     whose held-out means before and after RL go into scenario.json; ``credit`` names the credit assigner.
+    scenario.json also holds each role's held-out reward before and after RL (``held_out_by_role``: what the
+    credit assigner gives the role's calls, averaged per rollout), and the before figures come from the
+    validation before the first update.
     """
     if serve_with not in ("torch", "vllm"):
         raise ValueError(f"serve_with must be 'torch' or 'vllm', got {serve_with!r}")
@@ -265,8 +268,10 @@ def train_agent(
             close()
     generation = asyncio.run(_generation_counts(out / "store.db"))
     named = asyncio.run(_held_out_figures(out / "store.db", held_out_figures, len(val_tasks)))
+    by_role = asyncio.run(_held_out_by_role(out / "store.db", TransitionBuilder(credit=credit), len(val_tasks)))
     validations = [row for row in history if "val_reward_mean" in row]
-    before = next(row for row in validations if row["step"] == 0)  # measured before the first update
+    if not validations or validations[0].get("step") != 0:
+        raise RuntimeError(f"the run in {out} has no validation before its first update: no before figure to report")
     steps = [row for row in history if "time_update_s" in row]
     rollout_seconds = sum(row["time_rollouts_s"] for row in steps) or float("nan")
     update_seconds = sum(row["time_update_s"] for row in steps) or float("nan")
@@ -290,6 +295,7 @@ def train_agent(
         "policies": {name: str(roles) for name, roles in (policies or {}).items()},
         "policy_versions": dict(getattr(algorithm, "policy_versions", {}) or {}),
         "held_out_figures": named,
+        "held_out_by_role": by_role,
     }
     (out / "scenario.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     console.print(
@@ -430,6 +436,32 @@ async def _held_out_figures(store_path: Path, names: Sequence[str], size: int) -
         name: {"before": _mean_of_all(per_rollout[:size]), "after": _mean_of_all(per_rollout[-size:])}
         for name, per_rollout in values.items()
     }
+
+
+async def _held_out_by_role(store_path: Path, builder: TransitionBuilder, size: int) -> dict[str, dict[str, float]]:
+    """Each role's held-out reward in the first validation and the last (``before``, ``after``): the credit
+    ``builder`` gives the role's calls (a role's own reward where the agent emits one, else the episode's),
+    averaged over the role's calls of each rollout, then over the rollouts the role took part in."""
+    if size == 0:
+        return {}
+    store: Store = relight.open_store(f"sqlite:///{store_path}")
+    try:
+        rollouts = sorted(await store.list_rollouts(mode=Mode.VAL), key=lambda r: r.created_at)
+        phases = {"before": rollouts[:size], "after": rollouts[-size:]}
+        found: dict[str, dict[str, float]] = collections.defaultdict(dict)
+        for phase, chosen in phases.items():
+            per_rollout: dict[str, list[float]] = collections.defaultdict(list)
+            for rollout in chosen:
+                credit: dict[str, list[float]] = collections.defaultdict(list)
+                for transition in await builder.from_store(store, [rollout]):
+                    credit[transition.role or "(no role)"].append(transition.reward)
+                for role, rewards in credit.items():
+                    per_rollout[role].append(sum(rewards) / len(rewards))
+            for role, means in per_rollout.items():
+                found[role][phase] = sum(means) / len(means)
+    finally:
+        await store.close()
+    return dict(found)
 
 
 def _mean_of_all(groups: Sequence[Sequence[float]]) -> float:
