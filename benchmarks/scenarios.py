@@ -23,13 +23,13 @@ object with both.
     python benchmarks/scenarios.py --scenario calc --seeds 0 1 2        # a table
     python benchmarks/scenarios.py --scenario sql --seeds 0 --json      # one JSON object per line
     python benchmarks/scenarios.py --scenario calc --engine torch       # TorchEngine instead of vLLM
-    python benchmarks/scenarios.py --scenario sql --policies 2 --seeds 0 1 2   # two policies against one
+    python benchmarks/scenarios.py --scenario sql --policies 2 --seeds 0 1 2   # one policy per role, one shared
 
-With ``--policies N`` (sql, crew: the examples that name policies) each seed runs twice, the same recipe
-with one LoRA policy (``--policies 1``: the writer/rewriter, the analyst) and with N (``--policies N``:
-the checker, the reporter too): ``policies``, each role's held-out reward before and after (the roles a policy
-does not train are served by the warm-started weights), and ``wall_ratio``, the N-policy run's wall time over
-the one-policy run's of the same seed.
+With ``--policies N`` (sql, crew: the examples that name policies) each seed runs twice with the same roles
+trained, warm start and budget: as one shared LoRA policy (``--policies 1``) and as N policies, one LoRA
+adapter each (sql: the writer/rewriter and the checker; crew: the analyst and the reporter). Reported besides:
+``policies``, each role's held-out reward before and after (below), and ``wall_ratio``, the N-policy run's
+wall time over the shared policy's of the same seed.
 
 Rollouts are sampled by a vLLM server (relight_torch.vllm) wherever the vLLM environment (.venv-vllm) exists,
 as the training commands do by default; ``--engine torch`` samples with TorchEngine in the training process.
@@ -145,7 +145,7 @@ def main() -> None:
     parser.add_argument("--engine", choices=["vllm", "torch"], help="what samples (default: vLLM if installed)")
     parser.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
     parser.add_argument(
-        "--policies", type=int, help="sql, crew: each seed with one policy and with this many (LoRA, vLLM)"
+        "--policies", type=int, help="sql, crew: each seed with one shared policy and with this many (LoRA, vLLM)"
     )
     args = parser.parse_args()
     extra = [*(["--iterations", str(args.iterations)] if args.iterations else []), *(["--quick"] if args.quick else [])]

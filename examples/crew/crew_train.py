@@ -10,7 +10,8 @@ affordable); greedy evaluation on 32 held-out problems before the first update a
 
 ``--policies 2`` trains the analyst and the reporter as two policies, a LoRA adapter each on the top 10
 layers (lr 2e-4), after the same warm start; both are rewarded with the crew's answer, and the reporter
-samples at temperature 1 in training. ``--policies 1`` is the same recipe with the analyst's policy alone.
+samples at temperature 1 in training. ``--policies 1`` trains both as one shared policy, the baseline two
+policies are measured against; with either, the warm start demonstrates both agents' calls.
 """
 
 from __future__ import annotations

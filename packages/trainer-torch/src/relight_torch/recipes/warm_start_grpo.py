@@ -17,7 +17,9 @@ This is what each example under ``examples/`` runs to train (``python examples/c
    weights pushed into it (full weights: the recipe trains the top layers, not adapters).
 4. **Several policies** (``policies``, ``--policies N`` on the command line): each policy (roles by name)
    trains a LoRA adapter of its own on the warm-started weights (the top ``trained_layers`` layers'
-   projections), served side by side by the vLLM server (:meth:`relight_torch.vllm.VLLMGRPO.set_policies`).
+   projections), served side by side by the vLLM server (:meth:`relight_torch.vllm.VLLMGRPO.set_policies`);
+   ``--policies 1`` trains the same roles as one shared policy, the run to compare several with. The
+   warm start then demonstrates every role a policy trains.
 
 The run folder is the trainer's own (``metrics.jsonl``, ``summary.json``, ``reward_curve.png``,
 ``checkpoints/``, ``store.db``; see :mod:`relight.training.run_folder`), plus ``scenario.json``: held-out
@@ -32,6 +34,7 @@ import collections
 import io
 import json
 import random
+import re
 import resource
 import sys
 import time
@@ -56,7 +59,7 @@ from relight_torch.algorithms.sft import SFT, Conversation, conversation_samples
 from relight_torch.engine.torch_engine import TorchEngine
 from relight_torch.vllm.server_process import vllm_python
 
-__all__ = ["Recipe", "demonstrations", "draw_tasks", "main", "train_agent", "train_top"]
+__all__ = ["SHARED_POLICY", "Recipe", "any_role_of", "demonstrations", "draw_tasks", "main", "train_agent", "train_top"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +214,7 @@ def train_agent(
     policies: Mapping[str, RoleFilter] | None = None,
     held_out_figures: Sequence[str] = (),
     credit: str = "identical",
+    trained_policies: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Warm start, then GRPO with validation before and after, in the run folder ``out``; returns scenario.json.
 
@@ -218,8 +222,9 @@ def train_agent(
     ``callbacks`` see each update's transitions and metrics. ``serve_with`` picks the engine RL samples
     with: ``"torch"`` (``engine`` itself) or ``"vllm"`` (a vLLM server for the warm-started weights).
     ``policies`` (name -> roles) trains each as a LoRA adapter of its own (``relight.Trainer(policies=...)``;
-    vLLM only) instead of the roles ``roles`` names as one policy; each training task then carries their
-    names as ``trained_policies`` (the crew samples its reporter only when it is trained).
+    vLLM only) instead of the roles ``roles`` names as one policy, and the warm start demonstrates the roles
+    of every policy; each training task then carries ``trained_policies`` (by default the policies' names:
+    the crew samples its reporter only when it is trained), the example's names of what is trained.
     ``held_out_figures`` names numbers the agent records with ``relight.emit_annotation({name: value})``
     whose held-out means before and after RL go into scenario.json; ``credit`` names the credit assigner.
     scenario.json also holds each role's held-out reward before and after RL (``held_out_by_role``: what the
@@ -240,12 +245,14 @@ def train_agent(
         train_top(engine.model, recipe.trained_layers)
     pool = list(train if demo_tasks is None else demo_tasks)
     shown = rng.sample(pool, min(recipe.demonstrations, len(pool)))
-    conversations = asyncio.run(demonstrations(agent, shown, script, roles=roles)) if shown else []
+    demonstrated = any_role_of(list(policies.values())) if policies else roles
+    conversations = asyncio.run(demonstrations(agent, shown, script, roles=demonstrated)) if shown else []
     sft_loss = warm_start(engine, conversations, recipe, console)
     warmed = time.perf_counter()
     count = recipe.iterations * recipe.tasks_per_iteration
     drawn = draw_tasks(train, count, rng, recipe.balance_by)
-    trained = {"trained_policies": list(policies)} if policies else {}  # an agent may sample a trained role only
+    named = list(trained_policies) if trained_policies is not None else list(policies or {})
+    trained = {"trained_policies": named} if policies else {}  # an agent may sample a trained role only
     train_tasks = [{**task, "temperature": recipe.train_temperature, **trained} for task in drawn]
     val_tasks = [{**task, "temperature": 0.0} for task in list(val)[: recipe.eval_tasks]]
     tracker = _TokenCount()
@@ -491,7 +498,8 @@ def main(
 ) -> dict[str, Any]:
     """An example's training command line: ``--out``, ``--seed``, ``--model``, ``--iterations``, ``--quick``,
     ``--engine`` and, where the example names ``policies``, ``--policies N``: train the first N of them,
-    each as a LoRA adapter of its own (0, the default: ``roles`` as one policy, full weights)."""
+    each as a LoRA adapter of its own; 1 trains the roles of all of them as one shared LoRA policy, the
+    baseline to measure several policies against (0, the default: ``roles`` as one policy, full weights)."""
     import argparse
 
     parser = argparse.ArgumentParser(description=f"Train {agent.name} on the CPU with relight-torch.")
@@ -512,11 +520,12 @@ def main(
             type=int,
             choices=range(len(policies) + 1),
             default=0,
-            help=f"train the first N of {', '.join(policies)} as policies of their own, one LoRA adapter each "
-            "(vLLM only); 0: the roles as one policy, full weights",
+            help=f"1: the roles of {', '.join(policies)} trained as one shared policy, a LoRA adapter; N > 1: "
+            f"the first N of them as policies of their own, one LoRA adapter each (vLLM only); "
+            "0: the roles as one policy, full weights",
         )
     args = parser.parse_args(argv)
-    chosen_policies = dict(list((policies or {}).items())[: getattr(args, "policies", 0)])
+    chosen_policies, trained_policies = _policies_to_train(policies or {}, getattr(args, "policies", 0))
     chosen = replace(recipe, seed=args.seed, iterations=args.iterations)
     if args.quick:
         chosen = chosen.quick()
@@ -536,9 +545,46 @@ def main(
             policies=chosen_policies or None,
             held_out_figures=held_out_figures,
             credit=credit,
+            trained_policies=trained_policies,
         )
     finally:
         engine.close()
+
+
+SHARED_POLICY = "shared"
+"""The name of the one policy ``--policies 1`` trains every role of an example's policies with."""
+
+
+def _policies_to_train(
+    policies: Mapping[str, RoleFilter], count: int
+) -> tuple[dict[str, RoleFilter], list[str] | None]:
+    """What ``--policies count`` trains, and the example's names of the policies it covers.
+
+    0 trains none (the recipe's roles, one policy); 1 trains the roles of all of them as one shared policy,
+    the baseline several policies are measured against (the same roles, warm start and budget); N > 1 trains
+    the first N, each on its own.
+    """
+    if count == 0 or not policies:
+        return {}, None
+    if count == 1 and len(policies) > 1:
+        return {SHARED_POLICY: any_role_of(list(policies.values()))}, list(policies)
+    chosen = dict(list(policies.items())[:count])
+    return chosen, list(chosen)
+
+
+def any_role_of(filters: Sequence[RoleFilter]) -> RoleFilter:
+    """One role filter that keeps a role any of ``filters`` keeps (see :data:`relight.policies.RoleFilter`)."""
+    if any(f is None for f in filters):
+        return None
+    patterns = []
+    for kept in filters:
+        if isinstance(kept, re.Pattern):
+            patterns.append(kept.pattern)
+        elif isinstance(kept, str):
+            patterns.append(kept)
+        elif kept is not None:
+            patterns += [f"^{re.escape(role)}$" for role in kept]
+    return "|".join(f"(?:{pattern})" for pattern in patterns)
 
 
 def load_engine(model: str | Path | None = None, *, seed: int = 0) -> TorchEngine:
