@@ -402,7 +402,7 @@ def run_relight(spec: dict[str, Any], budget: Budget, out: Path) -> dict[str, An
     from rich.console import Console
 
     import relight
-    from relight.transitions.signal import flat_groups, group_key
+    from relight.transitions.learning_signal import flat_groups, group_key
 
     task, seed, model_dir, engine = spec["task"], spec["seed"], Path(spec["model"]), spec["engine"]
     torch.manual_seed(seed)

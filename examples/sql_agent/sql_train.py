@@ -12,10 +12,10 @@ passes a query, so each extra turn is two more calls that mostly copy); the top 
 train; greedy evaluation on all 61 dev questions.
 
 ``--policies 2`` trains the writer/rewriter and the checker as two policies, a LoRA adapter each on
-the top 10 layers (lr 2e-4), after a warm start that demonstrates the checker too; the checker learns from its own reward (the
-share of its verdicts that match the execution match, a reward of the ``check_query`` role that
-reaches the checker's calls alone), and its held-out accuracy before and after RL goes in
-scenario.json. ``--policies 1`` trains the same three roles as one shared policy, the baseline two
+the top 10 layers (lr 2e-4), after a warm start that demonstrates the checker too; the checker learns
+from its own reward (the share of its verdicts that match the execution match, a reward of the
+``check_query`` role that reaches the checker's calls alone), and its held-out accuracy before and
+after RL goes in scenario.json. ``--policies 1`` trains the same three roles as one shared policy, the baseline two
 policies are measured against. With either, the warm start demonstrates the checker's calls too.
 """
 

@@ -22,7 +22,6 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Literal
 
-import torch
 from pydantic import JsonValue
 
 from relight.records import Transition

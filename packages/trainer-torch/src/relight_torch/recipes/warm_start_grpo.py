@@ -279,6 +279,7 @@ def train_agent(
     validations = [row for row in history if "val_reward_mean" in row]
     if not validations or validations[0].get("step") != 0:
         raise RuntimeError(f"the run in {out} has no validation before its first update: no before figure to report")
+    before = validations[0]  # measured before the first update
     steps = [row for row in history if "time_update_s" in row]
     rollout_seconds = sum(row["time_rollouts_s"] for row in steps) or float("nan")
     update_seconds = sum(row["time_update_s"] for row in steps) or float("nan")
