@@ -18,11 +18,17 @@ def test_the_new_text_and_the_critique_come_from_the_fenced_block_and_what_prece
     )
 
 
+def test_a_reply_without_a_fence_is_the_new_text_whole_and_an_unclosed_fence_opens_it() -> None:
+    shout = "You answer {topic} questions for {user}. Shout."
+    assert read_reply(f"  {shout}\n", PROMPT, PROMPT.text) == (shout, None)
+    assert read_reply(f"Louder.\n```text\n{shout}\n", PROMPT, PROMPT.text) == (shout, "Louder.")
+
+
 @pytest.mark.parametrize(
     ("reply", "reason", "said"),
     [
-        ("You answer {topic} questions for {user}. Shout.", "no_block", "no ``` block"),
-        ("Here:\n```\n   \n```", "empty", "empty"),
+        ("Here:\n```\n   \n```", "empty", "no new text"),
+        ("  \n ", "empty", "no new text"),
         ("```\n" + "You answer {topic} questions for {user}. " * 3 + "\n```", "too_long", "at most 60 fit"),
         ("```\nYou answer {topic} questions. Shout.\n```", "missing_variables", "leaves out {user}"),
         ("```\nYou answer {topic} questions for {user}.\n```", "unchanged", "is the current one"),

@@ -5,9 +5,11 @@ minibatch, rendered as the judge reads them (:func:`relight.rewards.render_rollo
 agent got it, its messages, tool calls and results, its final answer), each with the reward it earned,
 the lowest-rewarded first and then the highest. It answers with a critique (what in the instructions
 led to the low rewards, what the high ones did right: the textual gradient) and then the whole new
-prompt in one fenced block.
+prompt in one fenced block. A reply without a fence is taken whole as the new text (as GEPA reads its
+optimiser's replies): a small optimiser model often forgets the fence, and a reply that is no prompt is
+still caught by the checks below and, in the end, by the minibatch and validation gates.
 
-A reply is usable when the block is there, is not empty, fits the prompt's length limit, keeps every
+A reply is usable when the new text is not empty, fits the prompt's length limit, keeps every
 placeholder the agent fills in (``{question}``) and changes something. One that is not is answered
 with what was wrong and the optimiser tries again, up to ``max_tries`` replies in all; after that the
 proposal is dropped and counted by its last reason (:data:`REASONS`).
@@ -26,8 +28,8 @@ from relight_apo.prompts import Prompt
 
 __all__ = ["REASONS", "Proposal", "Reason", "Run", "messages", "propose", "read_reply"]
 
-Reason = Literal["no_block", "empty", "too_long", "missing_variables", "unchanged"]
-REASONS: tuple[Reason, ...] = ("no_block", "empty", "too_long", "missing_variables", "unchanged")
+Reason = Literal["empty", "too_long", "missing_variables", "unchanged"]
+REASONS: tuple[Reason, ...] = ("empty", "too_long", "missing_variables", "unchanged")
 """Why a reply is not a usable prompt; each is counted as ``candidates_dropped_<reason>`` when it drops one."""
 
 _SYSTEM = (
@@ -38,6 +40,7 @@ _SYSTEM = (
     "one by one."
 )
 _FENCE = re.compile(r"```(.*?)```", re.DOTALL)
+_OPENING = re.compile(r"```")
 _LANGUAGE = re.compile(r"[\w+-]*\n")
 """A fence's language tag (```text), taken off the block when a line follows it."""
 
@@ -98,16 +101,21 @@ def messages(
 
 
 def read_reply(reply: str, prompt: Prompt, current: str) -> tuple[str, str | None]:
-    """The new text and the critique before it, from a reply; ReplyError saying what makes it unusable."""
-    found = _FENCE.search(reply)
+    """The new text and the critique before it, from a reply; ReplyError saying what makes it unusable.
+
+    The new text is the first ``` block; after a fence that is never closed, what follows it; without a fence,
+    the whole reply (then there is no critique).
+    """
+    found = _FENCE.search(reply) or _OPENING.search(reply)
     if found is None:
-        raise ReplyError("no_block", "the reply has no ``` block holding the new text of the prompt")
-    block = found.group(1)
-    tag = _LANGUAGE.match(block)
-    text = (block[tag.end() :] if tag else block).strip()
-    critique = reply[: found.start()].strip() or None
+        text, critique = reply.strip(), None
+    else:
+        block = found.group(1) if found.re is _FENCE else reply[found.end() :]
+        tag = _LANGUAGE.match(block)
+        text = (block[tag.end() :] if tag else block).strip()
+        critique = reply[: found.start()].strip() or None
     if not text:
-        raise ReplyError("empty", "the ``` block is empty")
+        raise ReplyError("empty", "the reply holds no new text of the prompt")
     if len(text) > prompt.max_chars:
         raise ReplyError("too_long", f"the new text is {len(text)} characters long; at most {prompt.max_chars} fit")
     missing = [variable for variable in prompt.variables or () if "{" + variable + "}" not in text]
@@ -135,7 +143,7 @@ async def propose(
     Raises :class:`relight_apo.optimizer.OptimizerError` when the endpoint cannot answer.
     """
     chat = messages(name, prompt, current, runs, others)
-    reason: Reason = "no_block"
+    reason: Reason = "empty"
     for attempt in range(1, max_tries + 1):
         reply = await optimizer.complete(chat, usage)
         try:
