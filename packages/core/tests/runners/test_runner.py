@@ -242,3 +242,44 @@ async def test_an_attempt_whose_lease_is_lost_is_abandoned_and_its_agent_cancell
     assert (stats.lost, stats.succeeded, stats.failed) == (1, 0, 0)
     (attempt,) = await loop.store.list_attempts(rollout.rollout_id)
     assert attempt.status is AttemptStatus.CANCELLED
+
+
+async def test_two_runners_in_one_process_keep_their_own_spans_when_the_later_one_stops_first() -> None:
+    """The process has one span processor: each runner's attempts still reach its own store, and a runner that
+    stops takes only its own batcher away (a replay or a second trainer beside a running one)."""
+    release = asyncio.Event()
+    started = asyncio.Event()
+
+    @relight.rollout
+    async def waits(task: Any, llm: LLM) -> float:
+        started.set()
+        await release.wait()
+        with relight.tracing.tracer().start_as_current_span(f"step of {task}"):
+            pass
+        return 1.0
+
+    @relight.rollout
+    async def quick(task: Any, llm: LLM) -> float:
+        with relight.tracing.tracer().start_as_current_span(f"step of {task}"):
+            pass
+        return 1.0
+
+    first, second = InMemoryStore(), InMemoryStore()
+    async with ScriptedUpstream() as upstream, Gateway(first, [upstream.base_url]) as gateway:
+        early = Runner(waits, first, gateway_url=gateway.url, model="scripted")
+        running_early = asyncio.create_task(early.run())
+        (slow,) = await first.enqueue([RolloutRequest(input="slow")])
+        await started.wait()
+        late = Runner(quick, second, gateway_url=gateway.url, model="scripted")
+        running_late = asyncio.create_task(late.run())
+        (fast,) = await second.enqueue([RolloutRequest(input="fast")])
+        await second.wait([fast.rollout_id])
+        late.stop()
+        await running_late
+        release.set()
+        (ended,) = await first.wait([slow.rollout_id])
+        early.stop()
+        await running_early
+    assert ended.status is RolloutStatus.SUCCEEDED
+    assert [s.name for s in await first.query_spans(slow.rollout_id) if s.name.startswith("step")] == ["step of slow"]
+    assert [s.name for s in await second.query_spans(fast.rollout_id) if s.name.startswith("step")] == ["step of fast"]

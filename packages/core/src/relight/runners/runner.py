@@ -211,6 +211,7 @@ class Runner:
             for task in running:
                 task.cancel()
             await asyncio.gather(*running, return_exceptions=True)
+            tracing.uninstall(self._batcher)
             await self._batcher.aclose()
             await self._http.aclose()
             request_role.uninstall(self.gateway_url)
@@ -312,6 +313,12 @@ class Runner:
             self._claims.discard(claiming)
 
     async def _attempt(self, rollout: Rollout, attempt: Attempt) -> None:
+        assert self._batcher is not None
+        # This attempt's spans go to this runner's batcher, whichever runner of the process started last.
+        with tracing.route_attempt(rollout.rollout_id, attempt.attempt_id, self._batcher):
+            await self._run_attempt(rollout, attempt)
+
+    async def _run_attempt(self, rollout: Rollout, attempt: Attempt) -> None:
         llm = llm_for(self.gateway_url, rollout, attempt, self.model)
         ref = AttemptRef(rollout.rollout_id, attempt.attempt_id)
         rewards = AttemptRewards(ref, self._batcher)

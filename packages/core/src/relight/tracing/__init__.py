@@ -13,6 +13,7 @@ from relight.tracing.otel import (
     emit_reward,
     install,
     otel_to_span,
+    route_attempt,
     tracer,
     uninstall,
 )
@@ -23,6 +24,7 @@ __all__ = [
     "emit_reward",
     "install",
     "otel_to_span",
+    "route_attempt",
     "tracer",
     "uninstall",
 ]

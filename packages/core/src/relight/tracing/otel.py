@@ -4,9 +4,17 @@
 is set as the global one if the application has none; an application's own SDK provider is kept
 and shared). Every span that starts inside a rollout attempt (see :mod:`relight.tracing.context`) is
 stamped with its rollout and attempt and, when it ends, handed to a :class:`SpanBatcher`.
-Spans outside any attempt pass by untouched. Every hook here is guarded (:mod:`relight.tracing.hook_failures`):
-a failure costs a span, never the application's request or the agent's rollout. Rewards take a path of
-their own to the store, without the tracer or the processor (:mod:`relight.tracing.rewards`).
+Spans outside any attempt pass by untouched.
+
+The processor is the process's one, and several runners may live in one process (a replay beside a
+training run, tests, a notebook): each runner installs its own batcher and routes its attempts to it
+(:func:`route_attempt`), so a span goes to the batcher of the runner whose attempt it belongs to, and a
+runner that stops takes only its own batcher away. A span of an attempt no runner routes (one a
+framework ends after its attempt was finished) goes to the batcher installed last.
+
+Every hook here is guarded (:mod:`relight.tracing.hook_failures`): a failure costs a span, never the
+application's request or the agent's rollout. Rewards take a path of their own to the store, without
+the tracer or the processor (:mod:`relight.tracing.rewards`).
 """
 
 from __future__ import annotations
@@ -15,7 +23,8 @@ import json
 import logging
 import math
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -38,6 +47,7 @@ __all__ = [
     "emit_reward",
     "install",
     "otel_to_span",
+    "route_attempt",
     "tracer",
     "uninstall",
 ]
@@ -49,14 +59,26 @@ _processor: StoreSpanProcessor | None = None
 
 
 class StoreSpanProcessor(SpanProcessor):
-    """Stamps spans with the current attempt and sends the finished ones to a batcher."""
+    """Stamps spans with the current attempt and sends the finished ones to the batcher of that attempt's runner."""
 
     def __init__(self) -> None:
-        self.batcher: SpanBatcher | None = None
+        self.installed: list[SpanBatcher] = []
+        """The batchers of the runners alive in this process, the latest last."""
+        self.routes: dict[tuple[str, str], SpanBatcher] = {}
+        """Each running attempt's batcher, by (rollout id, attempt id)."""
         self.dropped = 0
 
+    @property
+    def batcher(self) -> SpanBatcher | None:
+        """The batcher installed last: where a span of an attempt no runner routes goes."""
+        return self.installed[-1] if self.installed else None
+
+    def batcher_for(self, rollout_id: str, attempt_id: str) -> SpanBatcher | None:
+        """The batcher a span of this attempt goes to; None when no runner is alive in this process."""
+        return self.routes.get((rollout_id, attempt_id)) or self.batcher
+
     def on_start(self, span: SdkSpan, parent_context: otel_context.Context | None = None) -> None:
-        if self.batcher is None:
+        if not self.installed:
             return
         try:
             ref = current_attempt()
@@ -69,12 +91,14 @@ class StoreSpanProcessor(SpanProcessor):
             hook_failed("StoreSpanProcessor.on_start")
 
     def on_end(self, span: ReadableSpan) -> None:
-        if self.batcher is None:
+        if not self.installed:
             return
         try:
             converted = otel_to_span(span)
             if converted is not None:
-                self.batcher.submit(converted)
+                batcher = self.batcher_for(converted.rollout_id, converted.attempt_id)
+                if batcher is not None:
+                    batcher.submit(converted)
         except Exception:
             self.dropped += 1
             hook_failed("StoreSpanProcessor.on_end")
@@ -119,24 +143,45 @@ def _json_value(value: Any) -> JsonValue:
 
 
 def install(batcher: SpanBatcher) -> StoreSpanProcessor:
-    """Send spans of rollout attempts to ``batcher`` (replacing an earlier install's batcher)."""
+    """Record spans of rollout attempts, sending those of attempts no runner routes to ``batcher`` (see the module)."""
     global _processor
     with _lock:
         if _processor is None:
             _processor = StoreSpanProcessor()
             _sdk_provider().add_span_processor(_processor)
-        _processor.batcher = batcher
+        if batcher in _processor.installed:
+            _processor.installed.remove(batcher)
+        _processor.installed.append(batcher)
         return _processor
 
 
-def uninstall() -> None:
-    """Stop recording; spans already handed to the batcher are still written.
+def uninstall(batcher: SpanBatcher | None = None) -> None:
+    """Take ``batcher`` away (every batcher when None; nothing is recorded once none is left); spans already
+    handed to it are still written.
 
-    An SDK provider cannot drop a processor, so ours stays registered with no batcher.
+    An SDK provider cannot drop a processor, so ours stays registered, recording nothing without a batcher.
     """
     with _lock:
+        if _processor is None:
+            return
+        gone = list(_processor.installed) if batcher is None else [batcher]
+        _processor.installed = [kept for kept in _processor.installed if kept not in gone]
+        _processor.routes = {key: kept for key, kept in _processor.routes.items() if kept not in gone}
+
+
+@contextmanager
+def route_attempt(rollout_id: str, attempt_id: str, batcher: SpanBatcher) -> Generator[None]:
+    """Send the spans of this attempt to ``batcher`` while the block runs (the runner's attempt, to its end)."""
+    key = (rollout_id, attempt_id)
+    with _lock:
         if _processor is not None:
-            _processor.batcher = None
+            _processor.routes[key] = batcher
+    try:
+        yield
+    finally:
+        with _lock:
+            if _processor is not None and _processor.routes.get(key) is batcher:
+                del _processor.routes[key]
 
 
 def _sdk_provider() -> TracerProvider:
@@ -185,7 +230,7 @@ def emit_reward(value: float, *, name: str = "reward", role: str | None = None) 
         if kept is not None:
             kept.add(span)
             return
-        batcher = _processor.batcher if _processor is not None else None
+        batcher = _processor.batcher_for(ref.rollout_id, ref.attempt_id) if _processor is not None else None
         if batcher is None:
             logger.warning("relight: reward of attempt %s was not recorded: relight's tracing is not installed", ref)
             return
