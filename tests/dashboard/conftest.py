@@ -5,13 +5,15 @@ whole of relight on a two-role agent written with the ``openai`` client: a ``sol
 a calculator and a ``critic`` that comments, with role spans as an adapter records them. The run
 trains the solver only, retries a task that fails its first attempt, fails a task every time and
 validates before, between and after its steps, so every kind of verdict is in the store. Its reward
-is graded so that groups differ and every update changes the weights.
+is graded so that no two samples of a task earn the same: every group carries signal, its calls are
+trained, and every update changes the weights.
 """
 
 from __future__ import annotations
 
 import asyncio
 import io
+import itertools
 import threading
 import zlib
 from collections.abc import Iterator, Sequence
@@ -66,9 +68,22 @@ async def two_roles(task: dict[str, Any], llm: relight.LLM) -> float:
     first_try = attempt is not None and attempt.attempt_id.endswith("-a1")
     if task.get("fail") == "always" or (task.get("fail") == "first" and first_try):
         raise RuntimeError(f"task {task['question']!r} fails on purpose, after its calls")
-    # Graded by the answer's text as well, so samples of a task differ: groups carry signal, updates
-    # change the weights and the policy version rises (equal rewards would skip every update).
-    return answer_reward(answer, task["answer"]) + zlib.crc32(answer.encode()) % 5 / 8
+    # Graded by the answer's text and by the sample's place among the task's attempts, so no two samples of a
+    # task earn the same: groups carry signal, updates change the weights and the policy version rises
+    # (equal rewards would skip the group, whatever sampling happened to write).
+    return answer_reward(answer, task["answer"]) + zlib.crc32(answer.encode()) % 5 / 8 + _nth(task) % 8 / 64
+
+
+_ATTEMPTS_SEEN: dict[str, itertools.count[int]] = {}
+
+
+def _nth(task: dict[str, Any]) -> int:
+    """How many attempts of this task ended before this one (in this process): each sample's own number.
+
+    A group's attempts (2 samples, 2 attempts each) get numbers fewer than 8 apart, so they differ modulo 8,
+    and the term they make (under 1/8, in 64ths) never makes up for a difference in the text term (in
+    eighths): two samples of a task never tie."""
+    return next(_ATTEMPTS_SEEN.setdefault(task["question"], itertools.count()))
 
 
 def tasks(count: int, start: int = 0, **extra: JsonValue) -> list[JsonValue]:
