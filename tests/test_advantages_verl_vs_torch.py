@@ -60,7 +60,9 @@ def verl_per_transition(transitions: list[Transition], estimator: str, **algorit
 def test_grpo(seed: int, scale_by_std: bool) -> None:
     transitions = sampled_transitions(seed)
     ours = grpo_advantages(
-        [t.reward for t in transitions], [t.group_id for t in transitions], scale_by_std=scale_by_std
+        [t.reward for t in transitions],
+        [t.group_id for t in transitions],
+        scale_rewards="group" if scale_by_std else "none",
     )
     theirs = verl_per_transition(transitions, "grpo", norm_adv_by_std_in_grpo=scale_by_std)
     assert torch.allclose(ours, theirs, atol=1e-6, rtol=0)

@@ -88,7 +88,7 @@ def test_compare_shows_the_settings_that_differ_both_curves_and_writes_the_png(
     assert dict(zip(order, compared["differing"]["tasks"], strict=True)) == {"slow": 4, "fast": 6}
     assert compared["shared"]["store"] == "(its own store.db)"  # each run's own store is no difference
     assert compared["shared"]["model"] == "relight-tiny"
-    assert compared["shared"]["algorithm.clip"] == 0.2
+    assert compared["shared"]["algorithm.epsilon"] == 0.2
     assert fingerprint(two_runs.slow.parent) == before  # compare reads, and writes only its PNG elsewhere
 
 

@@ -64,6 +64,25 @@ def refuse_bad_input_with_2(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(bad_input_status=BAD_INPUT_STATUS)
 
 
+def write_plot(args: argparse.Namespace, path: str | None, draw: Callable[[str], object], said: str) -> None:
+    """Draw the command's plot to ``path`` (none when None) and say ``said`` and where (not with ``--json``).
+
+    A plot that cannot be drawn (too little data) is said on stderr, and is an error only when ``--png``
+    asked for it.
+    """
+    if path is None:
+        return
+    try:
+        written = draw(path)
+    except ConfigError as error:
+        if args.png:
+            raise
+        Console(stderr=True).print(f"no plot: {error}", highlight=False, soft_wrap=True)
+        return
+    if not args.json:
+        output_console().print(f"{said} {written}", highlight=False, soft_wrap=True)
+
+
 def add_json_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON (one object per line) for scripts")
 

@@ -5,11 +5,16 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 
-from relight.cli._common import AddCommand, add_json_option, output_console, print_json, refuse_bad_input_with_2
-from relight.errors import ConfigError
+from relight.cli._common import (
+    AddCommand,
+    add_json_option,
+    output_console,
+    print_json,
+    refuse_bad_input_with_2,
+    write_plot,
+)
 from relight.run_folders.compare import RunComparison, compare_runs
 from relight.run_folders.plot import plot_comparison
 from relight.run_folders.snapshot import RunSnapshot, find_runs, read_run
@@ -50,16 +55,7 @@ def compare(args: argparse.Namespace) -> int:
         print_json(comparison.to_json() | ({"png": str(Path(png).resolve())} if png else {}))
     else:
         _print(comparison)
-    if png is not None:
-        try:
-            written = plot_comparison(comparison, png)
-        except ConfigError as error:
-            if args.png:
-                raise
-            Console(stderr=True).print(f"no plot: {error}", highlight=False, soft_wrap=True)
-        else:
-            if not args.json:
-                output_console().print(f"curves overlaid in {written}", highlight=False, soft_wrap=True)
+    write_plot(args, png, lambda path: plot_comparison(comparison, path), "curves overlaid in")
     return 0
 
 

@@ -6,7 +6,6 @@ import argparse
 import os
 import sys
 
-from rich.console import Console
 from rich.table import Table
 
 from relight._internal import event_loop
@@ -17,6 +16,7 @@ from relight.cli._common import (
     output_console,
     print_json,
     refuse_bad_input_with_2,
+    write_plot,
 )
 from relight.errors import ConfigError
 from relight.plugins import open_store
@@ -105,16 +105,7 @@ def run_rescore(args: argparse.Namespace) -> int:
         print_json(_json(report))
     else:
         _print(report)
-    if png is not None:
-        try:
-            written = plot_rescore(report, png)
-        except ConfigError as error:
-            if args.png:
-                raise
-            Console(stderr=True).print(f"no plot: {error}", highlight=False, soft_wrap=True)
-        else:
-            if not args.json:
-                output_console().print(f"plot in {written}", highlight=False, soft_wrap=True)
+    write_plot(args, png, lambda path: plot_rescore(report, path), "plot in")
     return 0
 
 
