@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from relight import semconv
 from relight.records import Span, SpanKind
@@ -93,5 +93,6 @@ def _without_version_number(attributes: Mapping[str, Any]) -> dict[str, Any]:
         except ValueError:
             return kept
         if isinstance(read, dict):
-            kept[semconv.ANNOTATION] = json.dumps({k: v for k, v in read.items() if k != "version"}, sort_keys=True)
+            fields = cast(dict[str, Any], read)
+            kept[semconv.ANNOTATION] = json.dumps({k: v for k, v in fields.items() if k != "version"}, sort_keys=True)
     return kept
