@@ -6,7 +6,7 @@ STAMP := $(VENV)/.relight-installed
 PACKAGES := $(sort $(wildcard packages/*))
 OUT ?= runs/demo-$(shell date +%Y%m%d-%H%M%S)
 
-CODING := examples/coding_agent
+CODING := examples/frameworks/coding_agent
 CLIS := $(CODING)/node_modules/.relight-installed
 VLLM_VENV ?= .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.relight-installed

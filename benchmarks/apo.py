@@ -2,7 +2,7 @@
 
 For each scenario and seed, SmolLM2-135M-Instruct served by vLLM (relight_torch's server, from
 .venv-vllm) is both the agent's model and the optimiser. The agent is the example's own (examples/
-calc_agent, examples/rag_agent), reading its system prompt as a resource; every rollout samples
+calc_agent, examples/scenarios/rag_agent), reading its system prompt as a resource; every rollout samples
 greedily (``temperature: 0``), so a prompt's reward on a task is its own and not the draw's.
 
 - **relight-apo**: ``Trainer(algorithm=APO(...)).fit(agent, train, val)`` with the budget in rollouts.
@@ -67,7 +67,7 @@ QUICK = {"train": 4, "val": 2, "test": 2, "budget": 10, "minibatch": 2}
 
 def tasks(scenario: Scenario, sizes: dict[str, int]) -> tuple[list[Any], list[Any], list[Any]]:
     """Training, validation and held-out tasks, each sampled greedily."""
-    sys.path.insert(0, str(ROOT / "examples" / scenario.folder))
+    sys.path.insert(0, str(ROOT / "examples" / "scenarios" / scenario.folder))
     load = importlib.import_module(scenario.data).load
     greedy = [{**task, "temperature": 0.0} for task in load(scenario.train_split)[: sizes["train"]]]
     held = [{**task, "temperature": 0.0} for task in load(scenario.held_split)]

@@ -1,7 +1,7 @@
 """How fast relight-torch's engine answers an agent's calls on the real model: calc-like rollouts on SmolLM2-135M.
 
 Each of ``--agents`` concurrent agents plays one problem of the calc scenario's data
-(examples/calc_agent): its first call is the system prompt, the calculator's definition and the
+(examples/scenarios/calc_agent): its first call is the system prompt, the calculator's definition and the
 question (~260 tokens in SmolLM2's real chat template), and each later call adds the chain's
 calculator call and result to the conversation, as the agent's tool loop does. Every call samples
 up to 24 tokens at temperature 1 straight from the engine (no gateway, no HTTP), and the agent
@@ -42,7 +42,7 @@ from relight.engine import GenerationRequest, SamplingParams
 from relight_torch.engine.torch_engine import TorchEngine
 from relight_torch.models import smollm2
 
-CALC = Path(__file__).resolve().parent.parent / "examples" / "calc_agent"
+CALC = Path(__file__).resolve().parent.parent / "examples" / "scenarios" / "calc_agent"
 sys.path.insert(0, str(CALC))
 from calc_agent import SYSTEM_PROMPT, calculator  # noqa: E402  (the example's own prompt and tool)
 

@@ -1,6 +1,6 @@
 """One GRPO step of the calc scenario on each engine: its wall time (rollouts, update and weight push) and memory.
 
-For each of ``--engines``, a process of its own runs the calc example's recipe (examples/calc_agent: SmolLM2-
+For each of ``--engines``, a process of its own runs the calc example's recipe (examples/scenarios/calc_agent: SmolLM2-
 135M-Instruct, the same warm start, 4 problems x 8 samples per update, the top 10 layers trained) for
 ``--steps`` GRPO updates, with ``--eval`` held-out problems as its validation (the scenario uses 32; they are
 not what is measured here). Reported per engine, from the run's metrics.jsonl:
@@ -37,7 +37,7 @@ from rich.console import Console
 from rich.table import Table
 
 ROOT = Path(__file__).resolve().parents[1]
-CALC = ROOT / "examples" / "calc_agent"
+CALC = ROOT / "examples" / "scenarios" / "calc_agent"
 
 
 def child(engine: str, steps: int, eval_tasks: int, out: Path) -> None:

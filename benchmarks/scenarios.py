@@ -1,6 +1,6 @@
 """The paper's scenarios trained on this machine's CPU: held-out reward before and after RL, time, memory, speed.
 
-Each seed runs the example's own training command (``examples/<name>/<name>_train.py``: SmolLM2-135M-
+Each seed runs the example's own training command (``examples/scenarios/<folder>/<name>_train.py``: SmolLM2-135M-
 Instruct, a warm start on scripted demonstrations, then GRPO through ``relight.Trainer.fit``) in a
 process of its own, and reads back the ``scenario.json`` it writes in its run folder:
 
@@ -34,8 +34,7 @@ wall time over the shared policy's of the same seed.
 Rollouts are sampled by a vLLM server (relight_torch.vllm) wherever the vLLM environment (.venv-vllm) exists,
 as the training commands do by default; ``--engine torch`` samples with TorchEngine in the training process.
 
-Figures measured with it so far, and the load they were measured at: examples/README.md ("Measured")
-and each example's README.
+Figures measured with it, with their commands, commits and dates: docs/results.md.
 """
 
 from __future__ import annotations
@@ -57,10 +56,10 @@ from relight.stores.sqlite import SqliteStore
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = {
-    "calc": ROOT / "examples" / "calc_agent" / "calc_train.py",
-    "sql": ROOT / "examples" / "sql_agent" / "sql_train.py",
-    "rag": ROOT / "examples" / "rag_agent" / "rag_train.py",
-    "crew": ROOT / "examples" / "crew" / "crew_train.py",
+    "calc": ROOT / "examples" / "scenarios" / "calc_agent" / "calc_train.py",
+    "sql": ROOT / "examples" / "scenarios" / "sql_agent" / "sql_train.py",
+    "rag": ROOT / "examples" / "scenarios" / "rag_agent" / "rag_train.py",
+    "crew": ROOT / "examples" / "scenarios" / "math_crew" / "crew_train.py",
 }
 COLUMNS = ("before", "after", "gain", "wall_s", "rl_s", "peak_gb", "calls_per_s", "gen_tok_per_s", "train_tok_per_s")
 POLICY_COLUMNS = ("policies", "wall_ratio")

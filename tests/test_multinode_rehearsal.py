@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(_UNAVAILABLE is not None, rea
 pytest.importorskip("ray", reason="Ray is not installed: pip install 'relight[ray]'")
 pytest.importorskip("relight_torch", reason="the rehearsal trains with relight-torch")
 
-TRAIN = Path(__file__).parents[1] / "examples" / "multinode" / "train.py"
+TRAIN = Path(__file__).parents[1] / "examples" / "frameworks" / "multinode" / "train.py"
 BIN = Path(sys.executable).parent
 
 

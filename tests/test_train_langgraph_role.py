@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::langgraph.wa
 ROLE = "researcher/agent"
 
 
-example = load_example(example_file("langgraph/research_graph.py", near=__file__))
+example = load_example(example_file("frameworks/langgraph/research_graph.py", near=__file__))
 
 
 @relight.rollout

@@ -1,4 +1,5 @@
-"""Shared setup for the four scenario examples' tests: their folders on ``sys.path``, and one dev-mode runner.
+"""Shared setup for the examples' tests: the scenarios' (and coding and judge samples') folders on ``sys.path``, and
+one dev-mode runner.
 
 The examples are scripts whose files import their siblings (``from calc_data import load``), as
 they do when run from the command line; their file names are unique across examples, so one
@@ -29,7 +30,14 @@ from relight.transitions.builder import RoleFilter, TransitionBuilder
 from relight_testing.models import smollm2_path  # noqa: F401  (the fixture the training tests use)
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-for folder in ("calc_agent", "sql_agent", "rag_agent", "crew", "coding_agent", "judge_agent"):
+for folder in (
+    "scenarios/calc_agent",
+    "scenarios/sql_agent",
+    "scenarios/rag_agent",
+    "scenarios/math_crew",
+    "frameworks/coding_agent",
+    "frameworks/judge_agent",
+):
     if str(EXAMPLES / folder) not in sys.path:
         sys.path.insert(0, str(EXAMPLES / folder))
 

@@ -47,7 +47,7 @@ async def test_a_solver_still_calling_the_calculator_when_its_rounds_run_out_ear
 
 
 def test_the_readme_command_runs_offline(tmp_path: Path) -> None:
-    rows = run_example(example_file("calc_agent/calc_agent.py", near=__file__), cwd=tmp_path)
+    rows = run_example(example_file("scenarios/calc_agent/calc_agent.py", near=__file__), cwd=tmp_path)
     assert len(rows) == 6, rows
     assert all("succeeded" in row and "1.000" in row for row in rows), rows
 

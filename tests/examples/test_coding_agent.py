@@ -106,7 +106,9 @@ def test_the_readme_command_runs_offline(tmp_path: Path) -> None:
         pytest.skip("codex is not installed: `make clis` installs it from npm (npm could not be reached?)")
     if not _namespaces_work():
         pytest.skip("unshare --net cannot make a network namespace on this machine")
-    rows = run_example(example_file("coding_agent/coding_agent.py", near=__file__), "--tasks", "2", cwd=tmp_path)
+    rows = run_example(
+        example_file("frameworks/coding_agent/coding_agent.py", near=__file__), "--tasks", "2", cwd=tmp_path
+    )
     assert len(rows) == 2, rows
     # Each row: succeeded, reward 1.000, two calls (their exact ids are checked by the dev-mode tests above).
     assert all(re.search(r"succeeded\s+│\s+1\.000\s+│\s+2\s+│", row) for row in rows), rows

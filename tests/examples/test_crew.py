@@ -52,7 +52,9 @@ def test_the_analysts_one_expression_gives_each_problems_result() -> None:
     from calc_agent import calculator
     from crew_scripted import one_expression
 
-    for line in example_file("calc_agent/data/test.jsonl", near=__file__).read_text(encoding="utf-8").splitlines():
+    for line in (
+        example_file("scenarios/calc_agent/data/test.jsonl", near=__file__).read_text(encoding="utf-8").splitlines()
+    ):
         record = json.loads(line)
         expression = one_expression(record["chain"])
         assert expression is not None
@@ -66,7 +68,7 @@ def test_the_analysts_one_expression_gives_each_problems_result() -> None:
 
 
 def test_the_readme_command_runs_offline(tmp_path: Path, crew: ModuleType) -> None:
-    rows = run_example(example_file("crew/math_crew.py", near=__file__), cwd=tmp_path)
+    rows = run_example(example_file("scenarios/math_crew/math_crew.py", near=__file__), cwd=tmp_path)
     assert len(rows) == 4, rows
     assert all("succeeded" in row and "1.000" in row for row in rows), rows
 

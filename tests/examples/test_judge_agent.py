@@ -22,7 +22,7 @@ from relight_testing.examples import example_file, run_example
 
 
 def test_the_readme_command_runs_offline(tmp_path: Path) -> None:
-    rows = run_example(example_file("judge_agent/support_agent.py", near=__file__), cwd=tmp_path)
+    rows = run_example(example_file("frameworks/judge_agent/support_agent.py", near=__file__), cwd=tmp_path)
     assert any("succeeded" in row for row in rows), rows
 
 

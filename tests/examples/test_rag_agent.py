@@ -30,7 +30,7 @@ async def test_a_partly_right_answer_earns_its_token_f1(dev) -> None:
 
 
 def test_the_readme_command_runs_offline(tmp_path: Path) -> None:
-    rows = run_example(example_file("rag_agent/rag_agent.py", near=__file__), cwd=tmp_path)
+    rows = run_example(example_file("scenarios/rag_agent/rag_agent.py", near=__file__), cwd=tmp_path)
     assert len(rows) == 6, rows
     assert all("succeeded" in row and "1.000" in row for row in rows), rows
 

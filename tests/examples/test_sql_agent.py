@@ -110,7 +110,7 @@ async def test_the_checkers_reward_never_counts_in_the_rollouts_and_its_accuracy
 
 
 def test_the_readme_command_runs_offline(tmp_path: Path) -> None:
-    rows = run_example(example_file("sql_agent/sql_agent.py", near=__file__), cwd=tmp_path)
+    rows = run_example(example_file("scenarios/sql_agent/sql_agent.py", near=__file__), cwd=tmp_path)
     assert len(rows) == 6, rows
     assert all("succeeded" in row and "1.000" in row for row in rows), rows
 

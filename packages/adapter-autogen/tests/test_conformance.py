@@ -1,4 +1,4 @@
-"""The AutoGen adapter against the conformance kit, driving the example agents (examples/autogen).
+"""The AutoGen adapter against the conformance kit, driving the example agents (examples/frameworks/autogen).
 
 The team's agents are named by their agent ids; the standalone agent, which runs outside any agent
 runtime, by AutoGen's own agent span: two ways to a role, each through the whole kit.
@@ -18,7 +18,7 @@ from relight_autogen import AutoGenAdapter
 from relight_testing.adapters import AdapterConformance
 from relight_testing.examples import example_file, load_example
 
-example = load_example(example_file("autogen/math_team.py", near=__file__))
+example = load_example(example_file("frameworks/autogen/math_team.py", near=__file__))
 
 
 class TestAutoGenTeamConformance(AdapterConformance):

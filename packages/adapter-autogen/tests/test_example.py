@@ -6,7 +6,7 @@ from pathlib import Path
 
 from relight_testing.examples import example_file, run_example
 
-EXAMPLE = example_file("autogen/math_team.py", near=__file__)
+EXAMPLE = example_file("frameworks/autogen/math_team.py", near=__file__)
 
 
 def test_the_readme_command_runs_both_agents_on_every_task_with_full_reward(tmp_path: Path) -> None:

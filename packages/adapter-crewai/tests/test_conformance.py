@@ -1,4 +1,4 @@
-"""The CrewAI adapter against the conformance kit, driving the example crew (examples/crewai).
+"""The CrewAI adapter against the conformance kit, driving the example crew (examples/frameworks/crewai).
 
 CrewAI and the example load lazily, inside the tests: conftest.py points CrewAI's home at a
 temporary folder first.
@@ -28,7 +28,7 @@ COUNTRIES = ("Norway", "Peru", "Egypt", "France", "Ireland")
 
 
 def example() -> ModuleType:
-    return load_example(example_file("crewai/capital_crew.py", near=__file__))
+    return load_example(example_file("frameworks/crewai/capital_crew.py", near=__file__))
 
 
 class CapitalQuestions(AdapterConformance):

@@ -19,7 +19,7 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def example(crewai_home: object) -> ModuleType:
     """Imported once CrewAI's home is the temporary one (it writes there at import)."""
-    return load_example(example_file("crewai/capital_crew.py", near=__file__))
+    return load_example(example_file("frameworks/crewai/capital_crew.py", near=__file__))
 
 
 async def test_the_researcher_reads_its_published_backstory_and_its_default_without_one(example: ModuleType) -> None:

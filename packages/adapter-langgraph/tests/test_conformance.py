@@ -1,4 +1,4 @@
-"""The LangGraph adapter against the conformance kit, driving the example graph (examples/langgraph)."""
+"""The LangGraph adapter against the conformance kit, driving the example graph (examples/frameworks/langgraph)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from relight_testing.examples import example_file, load_example
 pytestmark = pytest.mark.filterwarnings("ignore::langgraph.warnings.LangGraphDeprecatedSinceV10")
 
 
-example = load_example(example_file("langgraph/research_graph.py", near=__file__))
+example = load_example(example_file("frameworks/langgraph/research_graph.py", near=__file__))
 
 
 class TestLangGraphConformance(AdapterConformance):

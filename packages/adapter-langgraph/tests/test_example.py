@@ -6,7 +6,7 @@ from pathlib import Path
 
 from relight_testing.examples import example_file, run_example
 
-EXAMPLE = example_file("langgraph/research_graph.py", near=__file__)
+EXAMPLE = example_file("frameworks/langgraph/research_graph.py", near=__file__)
 
 
 def test_the_readme_command_runs_every_task_with_full_reward(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from relight_testing.examples import example_file, load_example
 
 pytestmark = pytest.mark.filterwarnings("ignore::langgraph.warnings.LangGraphDeprecatedSinceV10")
 
-example = load_example(example_file("langgraph/research_graph.py", near=__file__))
+example = load_example(example_file("frameworks/langgraph/research_graph.py", near=__file__))
 
 
 async def test_the_judge_sees_the_tool_call_its_result_and_the_final_answer() -> None:

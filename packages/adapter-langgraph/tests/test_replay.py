@@ -25,7 +25,7 @@ from relight_testing.examples import example_file, load_example
 
 pytestmark = pytest.mark.filterwarnings("ignore::langgraph.warnings.LangGraphDeprecatedSinceV10")
 
-example = load_example(example_file("langgraph/research_graph.py", near=__file__))
+example = load_example(example_file("frameworks/langgraph/research_graph.py", near=__file__))
 
 IDS = {
     semconv.GEN_AI_RESPONSE_ID,

@@ -1,4 +1,4 @@
-"""The OpenAI Agents SDK adapter against the conformance kit, driving the example app (examples/openai_agents).
+"""The OpenAI Agents SDK adapter against the conformance kit, driving examples/frameworks/openai_agents.
 
 The triage agent speaks the Responses API and the forecaster Chat Completions, so every run covers
 both: the first call joins its gateway span by response id, the others by their request messages.
@@ -21,7 +21,7 @@ from relight_openai_agents import OpenAIAgentsAdapter
 from relight_testing.adapters import AdapterConformance
 from relight_testing.examples import example_file, load_example
 
-example = load_example(example_file("openai_agents/weather_desk.py", near=__file__))
+example = load_example(example_file("frameworks/openai_agents/weather_desk.py", near=__file__))
 CITIES = list(example.FORECASTS)
 
 

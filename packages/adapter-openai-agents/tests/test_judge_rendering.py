@@ -12,7 +12,7 @@ from relight.scripted import ScriptedUpstream
 from relight_testing.compat_agents import run_agent
 from relight_testing.examples import example_file, load_example
 
-example = load_example(example_file("openai_agents/weather_desk.py", near=__file__))
+example = load_example(example_file("frameworks/openai_agents/weather_desk.py", near=__file__))
 
 
 async def test_the_judge_sees_the_handoff_the_tool_call_its_result_and_the_final_answer() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from relight_testing.examples import example_file, load_example
 from relight_testing.resources import check_published_prompt_is_used
 
-example = load_example(example_file("openai_agents/weather_desk.py", near=__file__))
+example = load_example(example_file("frameworks/openai_agents/weather_desk.py", near=__file__))
 
 
 async def test_the_forecaster_reads_its_published_instructions_and_its_default_without_them() -> None:

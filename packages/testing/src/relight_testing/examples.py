@@ -3,7 +3,7 @@
 The examples are scripts in the checkout (``examples/<framework>/<app>.py``), not an installed
 package, so a test finds one from its own file and imports it by path::
 
-    example = load_example(example_file("langgraph/research_graph.py", near=__file__))
+    example = load_example(example_file("frameworks/langgraph/research_graph.py", near=__file__))
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Train a framework agent on the CPU: a warm start on its own scripted runs, then GRPO through ``Trainer.fit``.
 
-This is what each example under ``examples/`` runs to train (``python examples/calc_agent/calc_train.py``):
+This is what each example under ``examples/`` runs to train (``python examples/scenarios/calc_agent/calc_train.py``):
 
 1. **Demonstrations**: the unchanged agent runs its training tasks in dev mode against a scripted
    model (:class:`relight.scripted.server.ScriptedUpstream`) that plays a good policy. The
