@@ -1,6 +1,6 @@
 """How tests find and run the repository's examples.
 
-The examples are scripts in the checkout (``examples/<framework>/<app>.py``), not an installed
+The examples are scripts in the checkout (``examples/<group>/<example>/<app>.py``), not an installed
 package, so a test finds one from its own file and imports it by path::
 
     example = load_example(example_file("frameworks/langgraph/research_graph.py", near=__file__))
