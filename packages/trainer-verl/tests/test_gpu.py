@@ -1,7 +1,7 @@
 """Real verl updates on one GPU: vLLM serves a tiny model, relight transitions train it.
 
-Needs CUDA and ``pip install 'relight-verl[gpu]'``; skipped cleanly otherwise. Not yet run: the
-machines this package was written on have no GPU (see the README).
+Needs CUDA and ``pip install 'relight-verl[gpu]'``; skipped cleanly otherwise (CI has no GPU, so no run of it is
+recorded yet: the README's status line).
 """
 
 from __future__ import annotations
