@@ -6,6 +6,7 @@ file order and each states the policy version it starts from rather than assumin
 
 import asyncio
 import io
+import itertools
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -157,10 +158,20 @@ def _wait_unloaded(policy: VLLMPolicy, name: str) -> None:
     assert name not in _served_models(policy)
 
 
+_EPISODES = itertools.count()
+"""Numbers every episode of the process: a tiebreak, so that no two samples of a group earn the same."""
+
+
+def _reward(words: int) -> float:
+    """Distinct words (in tenths) plus the episode's number (in thousandths, far below a word): two samples
+    never tie, so every group has signal and every step updates the policy, whatever the model wrote."""
+    return words / 10 + next(_EPISODES) % 100 / 1000
+
+
 @relight.rollout
 async def _describe(task: dict[str, Any], llm: relight.LLM) -> float:
-    """Two calls per episode; the reward (distinct words in the answers) differs between samples, so
-    every group has signal and every step updates the policy."""
+    """Two calls per episode; the reward (distinct words in the answers, :func:`_reward`) differs between
+    samples."""
     words: set[str] = set()
     async with openai.AsyncOpenAI(base_url=llm.base_url, api_key=llm.api_key, max_retries=0) as client:
         messages: list[Any] = [{"role": "user", "content": task["question"]}]
@@ -173,7 +184,7 @@ async def _describe(task: dict[str, Any], llm: relight.LLM) -> float:
             messages += [{"role": "assistant", "content": text}, {"role": "user", "content": "And then?"}]
             if task.get("crash") and _CRASH:
                 _CRASH.pop().crash()  # a real SIGKILL of the server, between this episode's two calls
-    return len(words) / 10
+    return _reward(len(words))
 
 
 _CRASH: list[Any] = []
@@ -278,7 +289,7 @@ async def _describe_during_update(task: dict[str, Any], llm: relight.LLM) -> flo
             model=llm.model, messages=[{"role": "user", "content": task["question"]}], max_tokens=16, temperature=1.0
         )
     algorithm.answered.set()
-    return len(set((reply.choices[0].message.content or "").split())) / 10
+    return _reward(len(set((reply.choices[0].message.content or "").split())))
 
 
 @pytest.mark.slow

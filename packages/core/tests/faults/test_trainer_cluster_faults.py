@@ -80,6 +80,10 @@ async def test_a_fit_goes_through_a_postgres_restart_and_a_killed_ray_runner(
     finally:
         await store.close()
     assert Counter(r.status for r in rollouts) == {RolloutStatus.SUCCEEDED: len(tasks)}
-    assert sorted(r.attempt_count for r in rollouts) == [1] * (len(tasks) - HELD) + [2] * HELD
+    # The attempts the killed runner held expired and were tried again; on a loaded machine a one-second lease
+    # can expire once more, so what holds is "again", not "exactly twice".
+    held = sorted(r.attempt_count for r in rollouts if isinstance(r.input, dict) and r.input.get("hang_first_attempt"))
+    assert len(held) == HELD
+    assert min(held) >= 2, held
     trained = Counter(t.rollout_id for batch in algorithm.batches for t in batch)
     assert trained == {r.rollout_id: CALLS for r in rollouts}  # each rollout's calls trained once

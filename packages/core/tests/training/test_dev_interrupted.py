@@ -22,9 +22,14 @@ from relight.records import RolloutStatus
 SCRIPT = textwrap.dedent(
     """
     import asyncio
+    import faulthandler
+    import signal
     import sys
 
     import relight
+
+    # Terminated (by the test, when it hangs), it first writes every thread's stack on stderr.
+    faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)
 
 
     @relight.rollout
@@ -64,22 +69,24 @@ def test_ctrl_c_in_dev_mode_stops_at_once_says_so_once_and_exits_130(tmp_path: P
     script = tmp_path / "dev_script.py"
     script.write_text(SCRIPT)
     url = f"sqlite:///{tmp_path / 'dev.db'}"
-    process = subprocess.Popen(
+    with subprocess.Popen(
         [sys.executable, str(script), url],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "COLUMNS": "400"},
-    )
-    try:
+    ) as process:
         before = _read_until(process, ["slow agent started", "succeeded"])
         process.send_signal(signal.SIGINT)
         interrupted = time.monotonic()
-        rest, errors = process.communicate(timeout=SETTLE)
+        try:
+            rest, errors = process.communicate(timeout=SETTLE)
+        except subprocess.TimeoutExpired as hung:
+            process.terminate()  # where it hangs: every thread's stack, on its stderr
+            rest, errors = process.communicate(timeout=SETTLE)
+            said = f"{before}{rest}\n{errors}"
+            raise AssertionError(f"dev mode did not stop within {SETTLE} s of Ctrl-C:\n{said}") from hung
         took = time.monotonic() - interrupted
-    finally:
-        process.kill()
-        process.wait()
     output = " ".join((before + rest).split())
     assert process.returncode == 130, (output, errors)
     assert took < PROMPT_EXIT, f"dev mode took {took:.1f} s to stop"
