@@ -35,7 +35,7 @@ from relight.agent import Agent
 from relight.algorithm import Algorithm, UpstreamTarget, algorithm_settings, policy_setter, policy_versions
 from relight.errors import NotFoundError
 from relight.gateway import Upstream
-from relight.policies import per_policy
+from relight.policies import Policy, per_policy
 from relight.records import Mode, Resources, Rollout, RolloutRequest, RolloutStatus
 from relight.rewards.group import GroupRewards
 from relight.store import Store
@@ -53,7 +53,7 @@ from relight.training.sync_loop import SyncTraining
 from relight.transitions.builder import episode_return, last_attempt_spans
 from relight.transitions.run_config import POLICY_METRICS_ITEM, POLICY_VERSIONS_ITEM, TRANSITIONS_ITEM, describe
 
-__all__ = ["FitRun", "dashboard_beside", "run_settings", "store_name", "wait_for_batch"]
+__all__ = ["FitRun", "dashboard_beside", "open_run", "run_settings", "store_name", "wait_for_batch"]
 
 
 class FitRun:
@@ -76,25 +76,16 @@ class FitRun:
         """Train the algorithm's policy on the agent's rollouts; returns each step's metrics."""
         options, algorithm = self.options, self.algorithm
         history: list[dict[str, float]] = []
-        trackers = LoggerSet(resolve_loggers(options.loggers))
-        run = RunFolder(_path(options.run_dir) or default_run_dir(), loggers=trackers)
-        identity = RunIdentity.of(
+        run, store, record = open_run(
+            options,
             agent,
             algorithm,
-            batch_size=options.batch_size,
-            n_samples=options.n_samples,
-            epochs=options.epochs,
+            train_dataset,
+            self.progress,
             max_staleness=options.max_staleness,
-            tasks=train_dataset,
             policies=options.transitions.policies,
         )
-        store = options.store if options.store is not None else run.store_url
-        config = self._config(store)
-        record = RunRecord.open(run.path, identity, settings=config)
-        for tracker, link in trackers.start(RunInfo(run.path.name, run.path, config)):
-            self.progress.note(f"relight: {tracker} run at {link}")
         checkpoints = Checkpoints(_path(options.checkpoint_dir) or run.checkpoints, warn=self.progress.warn)
-        self.progress.note(f"relight: run folder {run.path}  (store {store_name(store)})")
         tell_policies(options, algorithm)
         resume: Resume | None = None
         if record.resumed:
@@ -321,13 +312,43 @@ class FitRun:
             services, self.progress, requests, label, role_check=self.role_check if check_roles else None
         )
 
-    def _config(self, store: Store | str) -> dict[str, JsonValue]:
-        return run_settings(self.options, self.algorithm, store)
-
     def _dashboard(
         self, store: Store, upstreams: Sequence[UpstreamTarget | Upstream], wanted: bool
     ) -> AbstractAsyncContextManager[object]:
         return dashboard_beside(self.options, store, upstreams, wanted)
+
+
+def open_run(
+    options: TrainerOptions,
+    agent: Agent,
+    algorithm: Algorithm | SearchAlgorithm,
+    tasks: Sequence[JsonValue],
+    progress: RunProgress,
+    *,
+    max_staleness: int | None,
+    policies: Mapping[str, Policy] | None = None,
+) -> tuple[RunFolder, Store | str, RunRecord]:
+    """A fit's run folder (its record opened: a new run, or the killed one resumed), its store and trackers
+    started, and where they are said; shared by training and search."""
+    trackers = LoggerSet(resolve_loggers(options.loggers))
+    run = RunFolder(_path(options.run_dir) or default_run_dir(), loggers=trackers)
+    identity = RunIdentity.of(
+        agent,
+        algorithm,
+        batch_size=options.batch_size,
+        n_samples=options.n_samples,
+        epochs=options.epochs,
+        max_staleness=max_staleness,
+        tasks=tasks,
+        policies=policies,
+    )
+    store = options.store if options.store is not None else run.store_url
+    config = run_settings(options, algorithm, store)
+    record = RunRecord.open(run.path, identity, settings=config)
+    for tracker, link in trackers.start(RunInfo(run.path.name, run.path, config)):
+        progress.note(f"relight: {tracker} run at {link}")
+    progress.note(f"relight: run folder {run.path}  (store {store_name(store)})")
+    return run, store, record
 
 
 async def wait_for_batch(

@@ -16,12 +16,9 @@ from pydantic import JsonValue
 from relight.agent import Agent
 from relight.records import Rollout, RolloutRequest
 from relight.rewards.group import GroupRewards
-from relight.tracking import LoggerSet, RunInfo, resolve_loggers
-from relight.training.fit import dashboard_beside, run_settings, store_name, wait_for_batch
+from relight.training.fit import dashboard_beside, open_run, store_name, wait_for_batch
 from relight.training.options import TrainerOptions
 from relight.training.progress import RunProgress
-from relight.training.resume import RunIdentity, RunRecord
-from relight.training.run_folder import RunFolder, default_run_dir
 from relight.training.search import SearchAlgorithm, SearchRun, restore_search
 from relight.training.services import RunnerSettings, ServiceSettings, run_services
 from relight.transitions.run_config import TRANSITIONS_ITEM, describe
@@ -47,23 +44,7 @@ class SearchFitRun:
     ) -> list[dict[str, float]]:
         """Run the algorithm's search; returns the metrics of each of its steps."""
         options, algorithm = self.options, self.algorithm
-        trackers = LoggerSet(resolve_loggers(options.loggers))
-        run = RunFolder(options.run_dir or default_run_dir(), loggers=trackers)
-        identity = RunIdentity.of(
-            agent,
-            algorithm,
-            batch_size=options.batch_size,
-            n_samples=options.n_samples,
-            epochs=options.epochs,
-            max_staleness=None,
-            tasks=train_dataset,
-        )
-        store = options.store if options.store is not None else run.store_url
-        config = run_settings(options, algorithm, store)
-        record = RunRecord.open(run.path, identity, settings=config)
-        for tracker, link in trackers.start(RunInfo(run.path.name, run.path, config)):
-            self.progress.note(f"relight: {tracker} run at {link}")
-        self.progress.note(f"relight: run folder {run.path}  (store {store_name(store)})")
+        run, store, record = open_run(options, agent, algorithm, train_dataset, self.progress, max_staleness=None)
         restored = restore_search(run) if record.resumed else None
         if record.resumed:
             self.progress.note(
