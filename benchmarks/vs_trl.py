@@ -34,7 +34,7 @@ Reported per run (one JSON object per line with ``--json``, else a table):
   system, the vLLM server's included, psutil);
 - ``train_s``: the training's wall time (``trainer.train()``, ``Trainer.fit``; loading the model and starting
   the vLLM server come before it); ``rollout_s`` and ``update_s`` its two parts over all steps (relight's
-  update includes making the new weights the served ones: the weight push into vLLM);
+  update includes making the new weights the served ones: the weight push into vLLM, ``push_s`` of it);
 - ``update_s_per_sample``: update time over the episodes that went through the update's forward and backward
   passes (TRL trains every episode; relight leaves out the groups whose rewards were all equal);
 - ``peak_gb``: the peak of the run's process tree's summed proportional set sizes (each shared page once).
@@ -407,6 +407,7 @@ def run_relight(spec: dict[str, Any], budget: Budget, out: Path) -> dict[str, An
     task, seed, model_dir, engine = spec["task"], spec["seed"], Path(spec["model"]), spec["engine"]
     torch.manual_seed(seed)
     trained: list[int] = []
+    pushes: list[float] | None = None  # each weight push's seconds (vLLM)
 
     def count_trained(transitions: Sequence[Any], metrics: Any) -> None:
         """Episodes whose group had signal: the ones the update's forward and backward passes took."""
@@ -418,6 +419,7 @@ def run_relight(spec: dict[str, Any], budget: Budget, out: Path) -> dict[str, An
         from relight_torch.vllm import VLLMGRPO, VLLMPolicy
 
         policy = VLLMPolicy(model_dir, lora=None, seed=seed, work_dir=out / "vllm")
+        pushes = policy.push_seconds
         algorithm: Any = VLLMGRPO(policy, **options)
         model = policy.model
         policy.start()  # the server's start-up is not training time, as TRL's model load is not
@@ -453,7 +455,10 @@ def run_relight(spec: dict[str, Any], budget: Budget, out: Path) -> dict[str, An
     rollout_s = sum(row["time_rollouts_s"] for row in steps)
     update_s = sum(row["time_update_s"] for row in steps)
     episodes = budget.steps * budget.prompts * budget.samples
-    return _figures(before, after, train_s, cpu_s, rollout_s, update_s, episodes, sum(trained))
+    figures = _figures(before, after, train_s, cpu_s, rollout_s, update_s, episodes, sum(trained))
+    if pushes is not None:  # the update's share spent making the new weights the served ones
+        figures["push_s"] = round(sum(pushes), 1)
+    return figures
 
 
 def _figures(
