@@ -1,4 +1,4 @@
-"""benchmarks/vs_trl.py end to end on the tiny model: TRL's GRPOTrainer and relight (TorchEngine) on both tasks.
+"""benchmarks/vs_trl.py and update_vs_trl.py on the tiny model: TRL's GRPOTrainer and relight (TorchEngine).
 
 Two steps of 2 problems x 2 samples each, so that the benchmark's every part runs (the shared evaluator before
 and after, TRL's trainer with and without tools, relight's whole stack, the process tree's memory and CPU) and
@@ -42,3 +42,17 @@ def test_vs_trl_trains_the_tiny_model_with_trl_and_with_relight(tmp_path: Path) 
     trl = [row for row in rows if row["framework"] == "trl"]
     assert all(row["trained_samples"] == 8 and row["update_s_per_sample"] > 0 for row in trl)  # TRL trains all 2x2x2
     assert (tmp_path / "relight-torch-direct-seed0" / "relight" / "metrics.jsonl").exists()  # relight's own run folder
+
+
+def test_update_vs_trl_measures_one_update_of_each_variant(tmp_path: Path) -> None:
+    script = SCRIPT.with_name("update_vs_trl.py")
+    command = [sys.executable, str(script), "--model", "tiny", "--prompts", "2", "--samples", "2", "--repeats", "1",
+               "--json", "--out", str(tmp_path)]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=1100, check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+    rows = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+    assert [row["variant"] for row in rows] == ["relight", "relight-heap", "trl"]
+    for row in rows:
+        assert (row["samples"], row["repeats"]) == (4, 1), row
+        assert min(row["wall_s"], row["user_s"], row["minor_faults"]) > 0, row
+        assert row["peak_rss_gb"] > 0.1, row
