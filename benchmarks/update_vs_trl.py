@@ -14,12 +14,16 @@ process of its own, one warm-up update and then ``--repeats`` measured ones:
 - ``trl``: ``GRPOTrainer.compute_loss``, the backward pass, clipping and the optimizer step, on the inputs TRL
   builds itself from the batch (a ``rollout_func`` hands it the ids, a reward function the rewards).
 
+With ``--profile`` one more update of each variant runs under ``torch.profiler`` and its operators' table (by
+own CPU time) goes to ``--out``/``<variant>-profile.txt``: where the CPU goes, operator by operator.
+
 Reported per variant (the median of the repeats): ``wall_s``, ``user_s`` and ``sys_s`` (the process's CPU
 seconds in the update), ``minor_faults`` (pages the kernel mapped in: each costs a zeroed page), and
 ``peak_rss_gb``, the process's peak resident memory. On a shared machine compare the CPU seconds, not the wall.
 
     python benchmarks/update_vs_trl.py                      # a table
     python benchmarks/update_vs_trl.py --variants relight trl --repeats 3 --json
+    python benchmarks/update_vs_trl.py --profile --out runs/update_vs_trl   # and each variant's operator table
 """
 
 from __future__ import annotations
@@ -177,6 +181,13 @@ def child(spec: dict[str, Any]) -> None:
             "peak_rss_gb": round(after.ru_maxrss / 1e6, 2),  # kilobytes on Linux
         }
         print(json.dumps(figures), flush=True)
+    if spec["profile"]:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU]) as profiled:
+            update()
+        table = profiled.key_averages().table(sort_by="self_cpu_time_total", row_limit=20)
+        Path(spec["out"], f"{variant}-profile.txt").write_text(table + "\n", encoding="utf-8")
 
 
 def measure(spec: dict[str, Any]) -> dict[str, Any]:
@@ -199,7 +210,8 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=4, help="questions (groups)")
     parser.add_argument("--samples", type=int, default=8, help="completions per question")
     parser.add_argument("--repeats", type=int, default=2, help="measured updates per variant, after a warm-up")
-    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "update_vs_trl", help="where the tiny model goes")
+    parser.add_argument("--profile", action="store_true", help="profile one more update of each variant")
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "update_vs_trl", help="profiles, the tiny model")
     parser.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -210,11 +222,12 @@ def main() -> None:
     from rich.table import Table
     from vs_trl import model_folder
 
+    args.out.mkdir(parents=True, exist_ok=True)
     model = model_folder(args.model, args.out)
     results = []
     for variant in args.variants:
         spec = {"variant": variant, "model": str(model), "prompts": args.prompts, "samples": args.samples,
-                "repeats": args.repeats}  # fmt: skip
+                "repeats": args.repeats, "profile": args.profile, "out": str(args.out)}  # fmt: skip
         results.append(measure(spec))
         if args.json:
             print(json.dumps(results[-1]), flush=True)

@@ -47,7 +47,7 @@ def test_vs_trl_trains_the_tiny_model_with_trl_and_with_relight(tmp_path: Path) 
 def test_update_vs_trl_measures_one_update_of_each_variant(tmp_path: Path) -> None:
     script = SCRIPT.with_name("update_vs_trl.py")
     command = [sys.executable, str(script), "--model", "tiny", "--prompts", "2", "--samples", "2", "--repeats", "1",
-               "--json", "--out", str(tmp_path)]  # fmt: skip
+               "--profile", "--json", "--out", str(tmp_path)]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=1100, check=False)
     assert done.returncode == 0, done.stderr[-4000:]
     rows = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
@@ -56,3 +56,4 @@ def test_update_vs_trl_measures_one_update_of_each_variant(tmp_path: Path) -> No
         assert (row["samples"], row["repeats"]) == (4, 1), row
         assert min(row["wall_s"], row["user_s"], row["minor_faults"]) > 0, row
         assert row["peak_rss_gb"] > 0.1, row
+        assert "aten::mm" in (tmp_path / f"{row['variant']}-profile.txt").read_text(), row  # the profile's operators
