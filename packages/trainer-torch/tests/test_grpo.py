@@ -100,6 +100,8 @@ def test_one_step_moves_rewarded_answers_up_and_the_others_down(estimator: str) 
         metrics = algorithm.learn(transitions)
         after = total_logprobs(algorithm, transitions)
     assert metrics["first_ratio"] == pytest.approx(1.0, abs=1e-5)  # the recorded logprobs are the policy's own
+    assert metrics["time_learner_s"] > 0  # the update's parts, timed
+    assert metrics["time_serve_weights_s"] >= 0
     moved = [b - a for a, b in zip(before, after, strict=True)]
     assert [m > 0 for m in moved] == [True, False, True, False]
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import statistics
+import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -236,6 +237,7 @@ class GRPO(PolicyAlgorithm):
         samples, anchored = anchor_missing_logprobs(samples, learner, steps=self.epochs * self.mini_batches)
         normalizer = self._normalizer(trainable, all_samples, samples)
         steps: list[dict[str, float]] = []
+        began = time.perf_counter()
         with changing_weights():
             for _ in range(self.epochs):
                 order = list(range(len(samples)))
@@ -244,7 +246,11 @@ class GRPO(PolicyAlgorithm):
                     chosen = [samples[i] for i in order[part :: self.mini_batches]]
                     if chosen:
                         steps.append(learner.update(chosen, self.loss, normalizer=normalizer(chosen)))
+            learned = time.perf_counter()
         metrics = {name: statistics.fmean(step[name] for step in steps) for name in steps[0]}
+        # The update's own parts, beside the loop's time_update_s (which also builds the transitions):
+        # the optimizer steps, and making the new weights the served ones (a swap, or a push into vLLM).
+        metrics |= {"time_learner_s": learned - began, "time_serve_weights_s": time.perf_counter() - learned}
         if weighed_in_step:
             correction |= update_weight_metrics(metrics, every_sample=self.engine_numerics_differ)
         metrics |= counts | {
