@@ -35,8 +35,6 @@ import io
 import json
 import random
 import re
-import resource
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -50,13 +48,12 @@ from rich.console import Console
 import relight
 from relight import semconv
 from relight.agent import Agent
-from relight.records import Mode, RolloutStatus, SpanKind, Transition
 from relight.scripted import Script, ScriptedUpstream
-from relight.store import Store
 from relight.transitions.builder import RoleFilter, TransitionBuilder
 from relight_torch.algorithms.grpo import GRPO, LossType, UpdateCallback
 from relight_torch.algorithms.sft import SFT, Conversation, conversation_samples
 from relight_torch.engine.torch_engine import TorchEngine
+from relight_torch.recipes import run_figures
 from relight_torch.vllm.server_process import vllm_python
 
 __all__ = ["SHARED_POLICY", "Recipe", "any_role_of", "demonstrations", "draw_tasks", "main", "train_agent", "train_top"]
@@ -255,7 +252,7 @@ def train_agent(
     trained = {"trained_policies": named} if policies else {}  # an agent may sample a trained role only
     train_tasks = [{**task, "temperature": recipe.train_temperature, **trained} for task in drawn]
     val_tasks = [{**task, "temperature": 0.0} for task in list(val)[: recipe.eval_tasks]]
-    tracker = _TokenCount()
+    tracker = run_figures.TokenCount()
     if policies:
         algorithm = vllm_grpo(engine, recipe, out, callbacks=[tracker, *callbacks], lora=True)
         builder = TransitionBuilder(credit=credit)
@@ -273,9 +270,10 @@ def train_agent(
         close = getattr(algorithm, "close", None)
         if close is not None:
             close()
-    generation = asyncio.run(_generation_counts(out / "store.db"))
-    named = asyncio.run(_held_out_figures(out / "store.db", held_out_figures, len(val_tasks)))
-    by_role = asyncio.run(_held_out_by_role(out / "store.db", TransitionBuilder(credit=credit), len(val_tasks)))
+    store_path = out / "store.db"
+    generation = asyncio.run(run_figures.generation_counts(store_path))
+    named = asyncio.run(run_figures.held_out_figures(store_path, held_out_figures, len(val_tasks)))
+    by_role = asyncio.run(run_figures.held_out_by_role(store_path, TransitionBuilder(credit=credit), len(val_tasks)))
     validations = [row for row in history if "val_reward_mean" in row]
     if not validations or validations[0].get("step") != 0:
         raise RuntimeError(f"the run in {out} has no validation before its first update: no before figure to report")
@@ -294,7 +292,7 @@ def train_agent(
         "warm_start_seconds": round(warmed - began, 1),
         "wall_seconds": round(time.perf_counter() - began, 1),
         "rl_seconds": round(time.perf_counter() - warmed, 1),
-        "peak_memory_gb": round(_peak_rss_gb(), 2),
+        "peak_memory_gb": round(run_figures.peak_rss_gb(), 2),
         "train_llm_calls_per_s": generation["calls"] / rollout_seconds,
         "generated_tokens_per_s": generation["tokens"] / rollout_seconds,
         "trained_tokens_per_s": tracker.tokens / update_seconds,
@@ -386,101 +384,6 @@ def draw_tasks(
             order = [task for _, task in sorted(zip(turns, order, strict=True), key=lambda pair: pair[0])]
         drawn += order[: count - len(drawn)]
     return drawn
-
-
-class _TokenCount:
-    """Counts the prompt and response tokens each update trains on."""
-
-    def __init__(self) -> None:
-        self.tokens = 0
-
-    def __call__(self, transitions: Sequence[Transition], metrics: Mapping[str, float]) -> None:
-        self.tokens += sum(len(t.prompt_token_ids) + len(t.response_token_ids) for t in transitions)
-
-
-async def _generation_counts(store_path: Path) -> dict[str, int]:
-    """LLM calls and generated tokens of the training rollouts, read back from the store."""
-    store: Store = relight.open_store(f"sqlite:///{store_path}")
-    calls = tokens = 0
-    try:
-        for rollout in await store.list_rollouts(mode=Mode.TRAIN):
-            if rollout.status is not RolloutStatus.SUCCEEDED:
-                continue
-            for span in await store.query_spans(rollout.rollout_id):
-                if span.kind is SpanKind.LLM:
-                    calls += 1
-                    tokens += int(span.attributes.get(semconv.GEN_AI_USAGE_OUTPUT_TOKENS) or 0)  # type: ignore[arg-type]
-    finally:
-        await store.close()
-    return {"calls": calls, "tokens": tokens}
-
-
-async def _held_out_figures(store_path: Path, names: Sequence[str], size: int) -> dict[str, dict[str, float]]:
-    """Each named figure's mean over the first validation's rollouts and over the last's (``before``, ``after``),
-    from the annotations the agent recorded (``relight.emit_annotation({name: value})``).
-
-    Validations run ``size`` held-out tasks each; their rollouts are told apart by the order they were made in.
-    """
-    if not names or size == 0:
-        return {}
-    store: Store = relight.open_store(f"sqlite:///{store_path}")
-    values: dict[str, list[list[float]]] = {name: [] for name in names}
-    try:
-        rollouts = sorted(await store.list_rollouts(mode=Mode.VAL), key=lambda r: r.created_at)
-        for rollout in rollouts:
-            found: dict[str, list[float]] = {name: [] for name in names}
-            for span in await store.query_spans(rollout.rollout_id):
-                if span.kind is not SpanKind.ANNOTATION:
-                    continue
-                payload = json.loads(str(span.attributes.get(semconv.ANNOTATION) or "{}"))
-                for name in names:
-                    if isinstance(payload, dict) and isinstance(payload.get(name), int | float):
-                        found[name].append(float(payload[name]))
-            for name, seen in found.items():
-                values[name].append(seen)
-    finally:
-        await store.close()
-    return {
-        name: {"before": _mean_of_all(per_rollout[:size]), "after": _mean_of_all(per_rollout[-size:])}
-        for name, per_rollout in values.items()
-    }
-
-
-async def _held_out_by_role(store_path: Path, builder: TransitionBuilder, size: int) -> dict[str, dict[str, float]]:
-    """Each role's held-out reward in the first validation and the last (``before``, ``after``): the credit
-    ``builder`` gives the role's calls (a role's own reward where the agent emits one, else the episode's),
-    averaged over the role's calls of each rollout, then over the rollouts the role took part in."""
-    if size == 0:
-        return {}
-    store: Store = relight.open_store(f"sqlite:///{store_path}")
-    try:
-        rollouts = sorted(await store.list_rollouts(mode=Mode.VAL), key=lambda r: r.created_at)
-        phases = {"before": rollouts[:size], "after": rollouts[-size:]}
-        found: dict[str, dict[str, float]] = collections.defaultdict(dict)
-        for phase, chosen in phases.items():
-            per_rollout: dict[str, list[float]] = collections.defaultdict(list)
-            for rollout in chosen:
-                credit: dict[str, list[float]] = collections.defaultdict(list)
-                for transition in await builder.from_store(store, [rollout]):
-                    credit[transition.role or "(no role)"].append(transition.reward)
-                for role, rewards in credit.items():
-                    per_rollout[role].append(sum(rewards) / len(rewards))
-            for role, means in per_rollout.items():
-                found[role][phase] = sum(means) / len(means)
-    finally:
-        await store.close()
-    return dict(found)
-
-
-def _mean_of_all(groups: Sequence[Sequence[float]]) -> float:
-    flat = [value for group in groups for value in group]
-    return sum(flat) / len(flat) if flat else float("nan")
-
-
-def _peak_rss_gb() -> float:
-    """This process's peak resident memory (Linux reports kilobytes, macOS bytes)."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / (1 << 30) if sys.platform == "darwin" else peak / (1 << 20)
 
 
 def main(
