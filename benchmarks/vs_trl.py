@@ -407,7 +407,6 @@ def run_relight(spec: dict[str, Any], budget: Budget, out: Path) -> dict[str, An
     task, seed, model_dir, engine = spec["task"], spec["seed"], Path(spec["model"]), spec["engine"]
     torch.manual_seed(seed)
     trained: list[int] = []
-    pushes: list[float] | None = None  # each weight push's seconds (vLLM)
 
     def count_trained(transitions: Sequence[Any], metrics: Any) -> None:
         """Episodes whose group had signal: the ones the update's forward and backward passes took."""
@@ -419,7 +418,6 @@ def run_relight(spec: dict[str, Any], budget: Budget, out: Path) -> dict[str, An
         from relight_torch.vllm import VLLMGRPO, VLLMPolicy
 
         policy = VLLMPolicy(model_dir, lora=None, seed=seed, work_dir=out / "vllm")
-        pushes = policy.push_seconds
         algorithm: Any = VLLMGRPO(policy, **options)
         model = policy.model
         policy.start()  # the server's start-up is not training time, as TRL's model load is not
@@ -456,8 +454,8 @@ def run_relight(spec: dict[str, Any], budget: Budget, out: Path) -> dict[str, An
     update_s = sum(row["time_update_s"] for row in steps)
     episodes = budget.steps * budget.prompts * budget.samples
     figures = _figures(before, after, train_s, cpu_s, rollout_s, update_s, episodes, sum(trained))
-    if pushes is not None:  # the update's share spent making the new weights the served ones
-        figures["push_s"] = round(sum(pushes), 1)
+    if engine == "vllm":  # the update's share spent making the new weights the served ones
+        figures["push_s"] = round(sum(row["time_serve_weights_s"] for row in steps if "time_serve_weights_s" in row), 1)
     return figures
 
 
