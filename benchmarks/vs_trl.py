@@ -17,8 +17,9 @@ loops over the calls). The reward is 1.0 when the last number of the final reply
 and held-out questions are drawn from two seeds, and no held-out question is a training one. Both sides see the
 same prompts rendered by the same chat template (SmolLM2's ChatML, with tools in the hermes format relight serves
 it with), train on the same problems in the same order, with the same budget: ``--prompts`` problems x
-``--samples`` samples per step, ``--steps`` steps, ``--max-new-tokens`` per model call (TRL's
-``max_completion_length`` is that times the calls an episode may make, tool results included), AdamW (β 0.9,
+``--samples`` samples per step, ``--steps`` steps, ``--max-new-tokens`` times the calls an episode may make as
+the new tokens of all its replies together (TRL's one limit, ``max_completion_length``, which counts the tool
+results too; relight's agent gives each call what the episode's earlier replies left), AdamW (β 0.9,
 0.99, no weight decay) at a constant ``--lr``, gradients clipped at 1.0, temperature 1, the loss of TRL's default
 (``loss_type="dapo"``, ``scale_rewards="group"``, ε 0.2, no KL; relight's own advantage epsilon, 1e-6 against
 TRL's 1e-4: docs/training/grpo.md). What each does by default beyond that stays as it is (both recompute
@@ -28,7 +29,7 @@ Reported per run (one JSON object per line with ``--json``, else a table):
 
 - ``before`` / ``after``: greedy held-out reward on the first ``--eval`` test problems, before the first update
   and after the last, measured by one evaluator for every run (transformers, float32, batched greedy decoding,
-  the same tool loop); ``gain`` is after less before;
+  the same tool loop, up to ``--max-new-tokens`` per call); ``gain`` is after less before;
 - ``samples_per_s`` and ``samples_per_cpu_s``: the episodes sampled and trained (steps x prompts x samples) per
   second of the training's wall time and per CPU-second of the run's whole process tree during it (user and
   system, the vLLM server's included, psutil);
@@ -44,7 +45,9 @@ Reported per run (one JSON object per line with ``--json``, else a table):
     python benchmarks/vs_trl.py --model tiny --steps 2 --prompts 2 --samples 2 --eval 2   # a wiring check
 
 ``--model tiny`` trains relight_torch's tiny model (built from a config) instead of SmolLM2: seconds per run,
-for checking the wiring, not for figures. Each run's log and files are under ``--out``.
+for checking the wiring, not for figures. Each run's log and files are under ``--out``; a finished run's weights
+(relight's checkpoints and the last version pushed to vLLM, about 3 GB at SmolLM2) are removed unless
+``--keep-weights``.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ import json
 import operator
 import random
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -92,6 +96,10 @@ class Budget:
     def calls(self, task: str) -> int:
         """Model calls an episode may make: one, or one per tool round and the answer."""
         return self.tool_rounds + 1 if task == "tools" else 1
+
+    def episode_tokens(self, task: str) -> int:
+        """New tokens an episode's replies may take together in training: TRL's one limit, ``max_completion_length``."""
+        return self.max_new_tokens * self.calls(task)
 
 
 # -- the tasks, the same for both sides ------------------------------------------------------------------------
@@ -330,7 +338,7 @@ def run_trl(spec: dict[str, Any], budget: Budget, out: Path) -> dict[str, Any]:
         weight_decay=0.0,
         max_grad_norm=1.0,
         temperature=1.0,
-        max_completion_length=budget.max_new_tokens * budget.calls(task),
+        max_completion_length=budget.episode_tokens(task),
         max_tool_calling_iterations=budget.tool_rounds if task == "tools" else None,
         loss_type="dapo",
         scale_rewards="group",
@@ -370,15 +378,19 @@ def relight_agent() -> Any:
     async def solve(task: dict[str, Any], llm: Any) -> float:
         conversation: list[Any] = messages(task["task"], task["question"])
         tools = tool_schemas() if task["task"] == "tools" else None
+        left = task["episode_tokens"]  # TRL's max_completion_length: one limit on all of an episode's replies
         async with AsyncOpenAI(base_url=llm.base_url, api_key=llm.api_key, max_retries=0, timeout=600) as client:
             for _ in range(task["calls"]):
+                if left <= 0:
+                    break
                 reply = await client.chat.completions.create(
                     model=llm.model,
                     messages=conversation,
                     temperature=task["temperature"],
-                    max_tokens=task["max_tokens"],
+                    max_tokens=left,
                     **({"tools": tools} if tools else {}),
                 )
+                left -= reply.usage.completion_tokens if reply.usage else left
                 message = reply.choices[0].message
                 if not message.tool_calls:
                     return score(message.content, task["answer"])
@@ -431,7 +443,8 @@ def run_relight(spec: dict[str, Any], budget: Budget, out: Path) -> dict[str, An
     held = problems("test")[: budget.eval_tasks]
     try:
         before = held_out_reward(model, tokenizer, held, task, budget)
-        fixed = {"task": task, "temperature": 1.0, "max_tokens": budget.max_new_tokens, "calls": budget.calls(task)}
+        episode = {"episode_tokens": budget.episode_tokens(task), "calls": budget.calls(task)}
+        fixed = {"task": task, "temperature": 1.0, **episode}
         train = [{**problem, **fixed} for problem in drawn(budget, seed)]
         trainer = relight.Trainer(
             algorithm,
@@ -493,6 +506,9 @@ def child(spec: dict[str, Any]) -> None:
     out = Path(spec["out"])
     result = run_trl(spec, budget, out) if spec["framework"] == "trl" else run_relight(spec, budget, out)
     (out / "result.json").write_text(json.dumps(result) + "\n", encoding="utf-8")
+    if not spec.get("keep_weights"):  # the run's record, store and logs stay
+        for weights in (out / "relight" / "checkpoints", *(out / "vllm").glob("full-v*")):
+            shutil.rmtree(weights, ignore_errors=True)
 
 
 def model_folder(name: str, out: Path) -> Path:
@@ -559,11 +575,12 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=defaults.prompts, help="problems per step")
     parser.add_argument("--samples", type=int, default=defaults.samples, help="samples per problem")
     parser.add_argument("--steps", type=int, default=defaults.steps, help="GRPO updates")
-    parser.add_argument("--max-new-tokens", type=int, default=defaults.max_new_tokens, help="per model call")
+    parser.add_argument("--max-new-tokens", type=int, default=defaults.max_new_tokens, help="per call, x calls")
     parser.add_argument("--lr", type=float, default=defaults.lr)
     parser.add_argument("--eval", type=int, default=defaults.eval_tasks, help="held-out problems")
     parser.add_argument("--tool-rounds", type=int, default=defaults.tool_rounds, help="calculator rounds (tools)")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "vs_trl")
+    parser.add_argument("--keep-weights", action="store_true", help="keep each finished run's weights")
     parser.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -584,7 +601,8 @@ def main() -> None:
             for framework, engine in runs:
                 name = f"{framework}{'-' + engine if engine else ''}-{task}-seed{seed}"
                 spec = {"framework": framework, "engine": engine, "task": task, "seed": seed, "model": str(model),
-                        "model_name": args.model, "budget": asdict(budget), "out": str(args.out / name)}  # fmt: skip
+                        "model_name": args.model, "budget": asdict(budget), "out": str(args.out / name),
+                        "keep_weights": args.keep_weights}  # fmt: skip
                 result = measure(spec, console)
                 results.append(result)
                 if args.json:

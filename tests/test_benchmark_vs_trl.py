@@ -41,7 +41,9 @@ def test_vs_trl_trains_the_tiny_model_with_trl_and_with_relight(tmp_path: Path) 
         assert (row["budget"]["steps"], row["weights"]) == (2, "full"), row
     trl = [row for row in rows if row["framework"] == "trl"]
     assert all(row["trained_samples"] == 8 and row["update_s_per_sample"] > 0 for row in trl)  # TRL trains all 2x2x2
-    assert (tmp_path / "relight-torch-direct-seed0" / "relight" / "metrics.jsonl").exists()  # relight's own run folder
+    run = tmp_path / "relight-torch-direct-seed0" / "relight"
+    assert (run / "metrics.jsonl").exists()  # relight's own run folder, its record kept
+    assert not (run / "checkpoints").exists()  # and its weights removed once the run finished
 
 
 def test_update_vs_trl_measures_one_update_of_each_variant(tmp_path: Path) -> None:
