@@ -10,7 +10,8 @@ process of its own, one warm-up update and then ``--repeats`` measured ones:
 
 - ``relight``: ``GRPO(TorchEngine).learn`` on the batch's transitions, as a training step runs it (its learner
   fixes glibc's mmap threshold so that freed tensors go back to the system: ``relight_torch.learner.allocator``);
-- ``relight-heap``: the same with glibc's default threshold, the allocator TRL's process runs with;
+- ``relight-heap``: the same with glibc's default threshold, the allocator TRL's process runs with
+  (``GRPO(..., return_freed_memory=False)``);
 - ``trl``: ``GRPOTrainer.compute_loss``, the backward pass, clipping and the optimizer step, on the inputs TRL
   builds itself from the batch (a ``rollout_func`` hands it the ids, a reward function the rewards).
 
@@ -71,16 +72,11 @@ def batch(model_dir: Path, prompts: int, samples: int) -> dict[str, Any]:
 def relight_update(model_dir: Path, data: dict[str, Any], *, heap: bool) -> Any:
     """A callable taking one relight GRPO update on the batch."""
     from relight.records import Transition
-
-    if heap:  # the learner would fix the threshold when it is made
-        import relight_torch.learner.learner as learner_module
-
-        learner_module.return_freed_tensors = lambda: False
     from relight_torch.algorithms.grpo import GRPO
     from relight_torch.engine.torch_engine import TorchEngine
 
     engine = TorchEngine.from_pretrained(model_dir, name="policy")
-    algorithm = GRPO(engine, lr=1e-5, betas=(0.9, 0.99), max_completion_length=64)
+    algorithm = GRPO(engine, lr=1e-5, betas=(0.9, 0.99), max_completion_length=64, return_freed_memory=not heap)
     transitions = [
         Transition(
             rollout_id=f"ro-{i}",

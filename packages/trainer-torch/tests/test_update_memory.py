@@ -3,6 +3,8 @@ both must leave the update exactly what it was (to float rounding), only cheaper
 
 import copy
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -198,3 +200,30 @@ def test_a_batch_without_signal_changes_nothing() -> None:
         unchanged = all(torch.equal(p, q) for p, q in zip(engine.model.parameters(), before, strict=True))
     assert (metrics["update_skipped"], metrics["groups_skipped"], engine.policy_version) == (1.0, 2.0, 0)
     assert unchanged
+
+
+_ALLOCATOR_SETTING = """
+import sys
+from relight_torch.algorithms.grpo import GRPO
+from relight_torch.learner.allocator import return_freed_tensors
+from relight_torch.models.tiny import tiny_engine
+with tiny_engine(seed=0) as engine:
+    GRPO(engine, return_freed_memory=sys.argv[1] == "yes")
+    print(return_freed_tensors.cache_info().currsize)
+"""
+
+
+@pytest.mark.parametrize(("return_freed_memory", "allocator_set"), [("yes", "1"), ("no", "0")])
+def test_returning_freed_memory_to_the_system_is_the_learners_choice(
+    return_freed_memory: str, allocator_set: str
+) -> None:
+    """A fresh process each: the allocator setting is process-wide and made once."""
+    done = subprocess.run(
+        [sys.executable, "-c", _ALLOCATOR_SETTING, return_freed_memory],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-1] == allocator_set
