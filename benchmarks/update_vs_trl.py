@@ -158,6 +158,8 @@ def child(spec: dict[str, Any]) -> None:
     """One variant, in this process: one warm-up update, then the measured ones, one JSON object each."""
     import torch
 
+    from relight_torch.recipes.run_figures import peak_rss_gb
+
     torch.manual_seed(0)
     model_dir = Path(spec["model"])
     data = batch(model_dir, spec["prompts"], spec["samples"])
@@ -174,7 +176,7 @@ def child(spec: dict[str, Any]) -> None:
             "user_s": round(after.ru_utime - before.ru_utime, 2),
             "sys_s": round(after.ru_stime - before.ru_stime, 2),
             "minor_faults": after.ru_minflt - before.ru_minflt,
-            "peak_rss_gb": round(after.ru_maxrss / 1e6, 2),  # kilobytes on Linux
+            "peak_rss_gb": round(peak_rss_gb(), 2),
         }
         print(json.dumps(figures), flush=True)
     if spec["profile"]:

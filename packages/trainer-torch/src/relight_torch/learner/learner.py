@@ -84,7 +84,7 @@ class Learner:
             each policy has an optimizer of its own and a step of one leaves the others' weights alone.
         return_freed_memory: Give every freed block of 1 MiB or more back to the system
             (:mod:`relight_torch.learner.allocator`), so that an update's resident peak is its live
-            tensors: 2.9 GB against 5.2 GB for a 32-sample update of SmolLM2-135M, for about a fifth
+            tensors: 2.8 GB against 4.9 GB for a 32-sample update of SmolLM2-135M, for about a fifth
             more update CPU (the kernel maps and zeroes those pages again on every use). False keeps
             the C allocator's default, for updates that are faster where the memory is there. The
             setting is the process's: once one learner in it returns freed memory, all do.
