@@ -23,6 +23,7 @@ SCRIPT = textwrap.dedent(
     """
     import asyncio
     import faulthandler
+    import os
     import signal
     import sys
 
@@ -30,6 +31,20 @@ SCRIPT = textwrap.dedent(
 
     # Terminated (by the test, when it hangs), it first writes every thread's stack on stderr.
     faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)
+
+
+    # Sent SIGUSR1 (by the test, when it hangs), it writes the SIGINT handler in place and where each task
+    # waits on stderr, and exits.
+    def show_tasks(signum, frame):
+        print(f"SIGINT handler: {signal.getsignal(signal.SIGINT)!r}", file=sys.stderr)
+        for task in asyncio.all_tasks():
+            print(f"{task!r} cancelling={task.cancelling()}", file=sys.stderr)
+            task.print_stack(file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(3)
+
+
+    signal.signal(signal.SIGUSR1, show_tasks)
 
 
     @relight.rollout
@@ -82,8 +97,12 @@ def test_ctrl_c_in_dev_mode_stops_at_once_says_so_once_and_exits_130(tmp_path: P
         try:
             rest, errors = process.communicate(timeout=SETTLE)
         except subprocess.TimeoutExpired as hung:
-            process.terminate()  # where it hangs: every thread's stack, on its stderr
-            rest, errors = process.communicate(timeout=SETTLE)
+            process.send_signal(signal.SIGUSR1)  # where it hangs: each task's stack, on its stderr
+            try:
+                rest, errors = process.communicate(timeout=SETTLE)
+            except subprocess.TimeoutExpired:
+                process.terminate()  # no Python runs on its main thread: every thread's stack instead
+                rest, errors = process.communicate(timeout=SETTLE)
             said = f"{before}{rest}\n{errors}"
             raise AssertionError(f"dev mode did not stop within {SETTLE} s of Ctrl-C:\n{said}") from hung
         took = time.monotonic() - interrupted
